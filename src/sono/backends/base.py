@@ -1,0 +1,79 @@
+"""The Backend contract: what every sandbox implementation provides.
+
+Core code talks only to this protocol; it never branches on a backend's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Protocol
+
+from sono.proc import Completed, Streamed
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host path made visible inside the sandbox."""
+
+    src: Path
+    dest: str
+    writable: bool = False
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Everything a backend needs to build one sandbox; pure data."""
+
+    id: str
+    workspace: Path  # host directory holding the sandbox's own copy of the project
+    home_seed: Path  # host directory copied into the sandbox's fresh HOME on every exec
+    mount_point: str = "/workspace"  # where the workspace appears inside
+    mounts: tuple[Mount, ...] = ()  # extra read-only mounts: agent CLIs, git alternates
+    home: str = "/home/agent"
+    user: str = "agent"
+    uid: int = 1000
+    gid: int = 1000
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Health:
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+class Backend(Protocol):
+    name: ClassVar[str]
+
+    def create(self, *, spec: SandboxSpec) -> None:
+        """Prepare the sandbox (the workspace already exists)."""
+
+    def exec(
+        self,
+        *,
+        spec: SandboxSpec,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        stdin_text: str | None,
+        timeout: float | None,
+        on_line: Callable[[str], None],
+    ) -> Streamed:
+        """Run ``argv`` inside the sandbox, streaming merged output lines."""
+
+    def run(
+        self, *, spec: SandboxSpec, argv: Sequence[str], check: bool = True,
+        env: Mapping[str, str] | None = None,
+    ) -> Completed:
+        """Run a short command inside the sandbox and capture its output."""
+
+    def shell(self, *, spec: SandboxSpec, argv: Sequence[str] = ()) -> int:
+        """Attach the user's terminal to a shell (or ``argv``) inside the sandbox."""
+
+    def destroy(self, *, spec: SandboxSpec) -> None:
+        """Release whatever the backend holds for this sandbox."""
+
+    def health(self) -> Health:
+        """Can this backend create sandboxes on this host, and if not, how to fix it."""

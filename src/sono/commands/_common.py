@@ -1,0 +1,165 @@
+"""Shared plumbing for commands: config, store, agent lookup, prompts, the loop launcher."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from sono import agents, specs
+from sono.backends import get_backend
+from sono.backends.base import Backend, Mount
+from sono.config import Config, load_config
+from sono.errors import SoError
+from sono.harnesses import HARNESSES, get_harness
+from sono.harnesses.base import AgentOptions, Harness
+from sono.loop import Loop, LoopOptions, LoopResult, Reporter, StepHook
+from sono.sandbox import Sandbox
+from sono.state import Store, agents_dir, so_home
+from sono.ui.reporter import JsonReporter, PlainReporter
+
+FLAG_KEYS = ("harness", "iterations", "sandbox", "model", "effort", "agent_cmd",
+             "iteration_timeout")
+
+
+def environ() -> Mapping[str, str]:
+    return os.environ
+
+
+def store() -> Store:
+    return Store(so_home(environ()))
+
+
+def flags(args: argparse.Namespace) -> dict[str, object]:
+    return {k: getattr(args, k) for k in FLAG_KEYS if getattr(args, k, None) is not None}
+
+
+def config(args: argparse.Namespace, project: Path | None) -> Config:
+    return load_config(project=project, env=environ(), home=Path.home(), flags=flags(args),
+                       harness_choices=[*HARNESSES, "codex", "opencode", "pi"])
+
+
+def yes(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "yes", False))
+
+
+def interactive_tty() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def confirm(args: argparse.Namespace, question: str) -> bool:
+    if yes(args):
+        return True
+    if not interactive_tty():
+        raise SoError(f"{question} — no terminal to ask on; pass --yes to confirm")
+    answer = input(f"{question} [y/N] ").strip().lower()
+    return answer in ("y", "yes")
+
+
+def print_json(data: object) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True))
+
+
+@dataclass(frozen=True)
+class Agent:
+    harness: Harness
+    options: AgentOptions
+    mounts: tuple[Mount, ...]
+    description: str
+
+
+def resolve_agent(cfg: Config, *, harness_name: str | None = None,
+                  extra_mounts: tuple[Mount, ...] = ()) -> Agent:
+    """Pick the harness, validate model/effort, and find its CLI."""
+    harness = get_harness(harness_name or cfg.harness)
+    if cfg.effort and harness.efforts and cfg.effort not in harness.efforts:
+        raise SoError(f"effort {cfg.effort!r} is not valid for {harness.name}; "
+                      f"choose one of {', '.join(harness.efforts)}")
+    opts = AgentOptions(model=cfg.model, effort=cfg.effort, agent_cmd=cfg.agent_cmd)
+    name = harness.executable_name(opts)
+    if name is None:
+        return Agent(harness, opts, extra_mounts, harness.name)
+    found = agents.locate(name, harness.npm, agents_dir(environ()))
+    if found is None:
+        hint = (f"install it with `so agents install {harness.name}` (needs npm)"
+                if harness.npm else "check --agent-cmd and PATH")
+        raise SoError(f"{name} not found: {hint}")
+    opts = AgentOptions(model=cfg.model, effort=cfg.effort, agent_cmd=cfg.agent_cmd,
+                        executable=str(found.path))
+    return Agent(harness, opts, found.mounts + extra_mounts,
+                 f"{harness.name} ({found.path}, {found.source})")
+
+
+def backend_for(cfg: Config) -> Backend:
+    backend = get_backend(cfg.sandbox, bwrap=cfg.bwrap)
+    health = backend.health()
+    if not health.ok:
+        raise SoError(f"{health.detail}; fix: {health.fix}")
+    return backend
+
+
+def reporter(args: argparse.Namespace) -> Reporter:
+    if getattr(args, "json", False):
+        return JsonReporter()
+    return PlainReporter(quiet=bool(getattr(args, "quiet", False)))
+
+
+def run_loop(
+    args: argparse.Namespace,
+    sandbox: Sandbox,
+    agent: Agent,
+    cfg: Config,
+    *,
+    prompt: Callable[[Sandbox], str] | None = None,
+    step_hook: StepHook | None = None,
+    env_overrides: Mapping[str, str] | None = None,
+) -> LoopResult | None:
+    """Run the loop; on Ctrl-C print how to continue and return None."""
+    sandbox.with_mounts(agent.mounts)
+    opts = LoopOptions(
+        iterations=cfg.iterations, timeout_s=cfg.iteration_timeout,
+        no_progress_limit=cfg.no_progress_limit, commit_retries=cfg.commit_retries,
+        prompt=prompt, step=step_hook is not None,
+    )
+    env = {**agent.harness.env(environ(), agent.options), **(env_overrides or {})}
+    loop = Loop(sandbox, agent.harness, agent.options, opts, reporter(args), env,
+                step_hook=step_hook)
+    try:
+        return loop.run()
+    except KeyboardInterrupt:
+        sid = sandbox.record.id
+        print(f"so: interrupted; sandbox {sid} kept. Continue with: so continue {sid} -i "
+              f"{cfg.iterations}  (or review: so diff {sid})", file=sys.stderr)
+        return None
+
+
+def summarize(args: argparse.Namespace, sandbox: Sandbox, result: LoopResult) -> None:
+    sid = sandbox.record.id
+    if getattr(args, "json", False):
+        print(json.dumps({
+            "kind": "summary", "id": sid, "outcome": result.outcome,
+            "exit_code": result.exit_code, "message": result.message,
+            "planned": result.planned, "branch": sandbox.record.branch,
+            "workspace": sandbox.record.workspace,
+            "iterations": [r.to_json() for r in result.iterations],
+        }))
+        return
+    print(f"so: {result.outcome}: {result.message} (sandbox {sid}, "
+          f"{len(result.iterations)} iteration(s))", file=sys.stderr)
+    print(f"  review:   so diff {sid}   so shell {sid}   so reset {sid} iter-N\n"
+          f"  continue: so continue {sid} -i N\n"
+          f"  merge:    so merge {sid}   (or remove: so rm {sid})", file=sys.stderr)
+
+
+def reset_status(sandbox: Sandbox) -> None:
+    """A status left at done/blocked by an earlier run would stop the loop at once."""
+    from sono.workspace import read_workspace_file
+
+    text = read_workspace_file(sandbox.work, specs.STATUS)
+    if text is not None and specs.parse_status(text) != specs.PENDING:
+        (sandbox.work / specs.STATUS).write_text("Status: pending\n")
+        sandbox.git.commit_all("so: reset specs/status.md to pending for this run")

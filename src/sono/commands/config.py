@@ -1,0 +1,39 @@
+"""so config: every resolved setting and where it came from."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sono.commands import _common as c
+from sono.config import project_config_path, user_config_path
+from sono.errors import SoError
+from sono.workspace import inspect_host
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        project: Path | None = inspect_host(Path.cwd()).root
+    except SoError:
+        project = None
+    cfg = c.config(args, project)
+    if getattr(args, "json", False):
+        c.print_json(cfg.to_json())
+        return 0
+    rows = [(s.key, _show(s.value), s.source) for s in cfg.provenance()]
+    width = max(len(r[0]) for r in rows)
+    vwidth = max(len(r[1]) for r in rows)
+    for key, value, source in rows:
+        print(f"{key.ljust(width)}  {value.ljust(vwidth)}  {source}")
+    print(f"\nuser file:    {user_config_path(c.environ(), Path.home())}")
+    if project is not None:
+        print(f"project file: {project_config_path(project)}")
+    return 0
+
+
+def _show(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return str(value)

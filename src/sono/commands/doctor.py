@@ -1,0 +1,87 @@
+"""so doctor: what works on this host, what does not, and the exact fix."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+from pathlib import Path
+
+from sono import agents, proc
+from sono.backends import BACKENDS, PLANNED, get_backend
+from sono.commands import _common as c
+from sono.errors import SoError
+from sono.harnesses import HARNESSES
+from sono.harnesses.base import AgentOptions
+from sono.state import agents_dir, so_home
+
+CREDENTIAL_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
+
+
+def line(ok: bool | None, what: str, detail: str) -> str:
+    mark = {True: "ok  ", False: "FAIL", None: "--  "}[ok]
+    return f"[{mark}] {what}: {detail}"
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = c.config(args, _project())
+    out = [line(True, "so home", str(so_home(c.environ())))]
+    selected_ok = True
+    for name in BACKENDS:
+        health = get_backend(name, bwrap=cfg.bwrap).health()
+        detail = health.detail + (f" — fix: {health.fix}" if health.fix else "")
+        out.append(line(health.ok, f"backend {name}", detail))
+        if name == ("bwrap" if cfg.sandbox == "auto" else cfg.sandbox):
+            selected_ok = health.ok
+    for name in PLANNED:
+        out.append(line(None, f"backend {name}", "not supported yet"))
+    if cfg.sandbox not in BACKENDS and cfg.sandbox != "auto":
+        selected_ok = False
+        out.append(line(False, "selected sandbox", f"{cfg.sandbox!r} is not available"))
+    out.append(line(None, "network", "sandboxes share the host network in this release "
+                    "(no egress policy yet)"))
+    git = shutil.which("git")
+    out.append(line(git is not None, "git",
+                    proc.run([git, "--version"]).stdout.strip() if git else "not found"))
+    out += _agents()
+    out += _credentials()
+    print("\n".join(out))
+    return 0 if selected_ok and git else 1
+
+
+def _project() -> Path | None:
+    try:
+        from sono.workspace import inspect_host
+
+        return inspect_host(Path.cwd()).root
+    except SoError:
+        return None
+
+
+def _agents() -> list[str]:
+    out = []
+    for name, cls in HARNESSES.items():
+        harness = cls()
+        exe = harness.executable_name(AgentOptions(agent_cmd="true"))
+        if cls.npm is None or exe is None:
+            out.append(line(None, f"harness {name}", "uses --agent-cmd"))
+            continue
+        found = agents.locate(exe, cls.npm, agents_dir(c.environ()))
+        if found is None:
+            out.append(line(False, f"harness {name}",
+                            f"{exe} not found — fix: so agents install {name}"))
+        else:
+            out.append(line(True, f"harness {name}",
+                            f"{agents.version(found.path)} ({found.path}, {found.source})"))
+    out.append(line(shutil.which("npm") is not None, "npm",
+                    "present (so agents install works)" if shutil.which("npm") else
+                    "not found: install Node.js to let so install agent CLIs"))
+    return out
+
+
+def _credentials() -> list[str]:
+    home = Path.home()
+    present = [n for n in CREDENTIAL_ENV if os.environ.get(n)]
+    present += [p for p in ("~/.claude", "~/.claude.json") if (home / p[2:]).exists()]
+    detail = ", ".join(present) if present else "none found (claude will ask to log in)"
+    return [line(bool(present) or None, "claude credentials", detail + " (values never shown)")]

@@ -1,0 +1,58 @@
+"""Create a sandbox from the current project and run a loop in it (run/step/clean/dup)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from sono import specs
+from sono.commands import _common as c
+from sono.errors import SoError
+from sono.sandbox import Sandbox, create_sandbox
+from sono.workspace import inspect_host, require_clean
+
+
+def launch(
+    args: argparse.Namespace,
+    *,
+    needs_spec: bool = True,
+    prompt: Callable[[Sandbox], str] | None = None,
+    step: bool = False,
+) -> int:
+    host = inspect_host(Path.cwd())
+    cfg = c.config(args, host.root)
+    if needs_spec and not (host.root / specs.PROMPT).is_file():
+        raise SoError(f"{host.root / specs.PROMPT} not found; run `so plan` to create the "
+                      "specs, edit them, commit, then run again")
+    if not getattr(args, "allow_dirty", False):
+        require_clean(host, action="start a sandbox",
+                      hint=", or pass --allow-dirty to snapshot them into the sandbox")
+    agent = c.resolve_agent(cfg)
+    backend = c.backend_for(cfg)
+    sandbox = create_sandbox(
+        store=c.store(), host=host, harness=agent.harness.name, backend_name=backend.name,
+        backend=backend, exclude=cfg.exclude, allow_dirty=bool(getattr(args, "allow_dirty", False)),
+        model=cfg.model, effort=cfg.effort, mounts=agent.mounts,
+    )
+    if needs_spec:
+        c.reset_status(sandbox)
+    if not getattr(args, "json", False):
+        print(f"so: sandbox {sandbox.record.id} · {backend.name} · agent {agent.description}\n"
+              f"    workspace {sandbox.work} (branch {sandbox.record.branch}); "
+              "network: host (not yet restricted)", file=sys.stderr)
+    hook = None
+    if step:
+        from sono.commands.step import ask_between
+
+        hook = ask_between(args)
+    result = c.run_loop(args, sandbox, agent, cfg, prompt=prompt, step_hook=hook)
+    if result is None:
+        return 130
+    c.summarize(args, sandbox, result)
+    if not c.yes(args) and c.interactive_tty() and not getattr(args, "json", False):
+        from sono.commands.menu import sandbox_menu
+
+        sandbox_menu(args, sandbox.record.id)
+    return result.exit_code

@@ -1,0 +1,84 @@
+"""so menu (and bare so): a numbered review menu. Without a terminal it prints the list."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+from sono.commands import _common as c
+from sono.commands.list import table
+from sono.errors import SoError
+from sono.review import merge, reset, show_diff
+from sono.sandbox import open_sandbox, remove_sandbox
+
+ACTIONS = "[d]iff  [s]hell  [r]eset  [c]ontinue  [m]erge  [x] delete  [q]uit"
+
+
+def run(args: argparse.Namespace) -> int:
+    store = c.store()
+    records = store.all()
+    if not c.interactive_tty():
+        print(table(records) if records else "no sandboxes yet: start one with `so run`")
+        return 0
+    while records:
+        print(table(records))
+        answer = input("\nsandbox number or id (q to quit): ").strip()
+        if answer in ("q", "quit", ""):
+            return 0
+        chosen = _pick(answer, [r.id for r in records])
+        if chosen:
+            sandbox_menu(args, chosen)
+        records = store.all()
+    print("no sandboxes yet: start one with `so run`")
+    return 0
+
+
+def _pick(answer: str, ids: list[str]) -> str | None:
+    if answer.isdigit() and 1 <= int(answer) <= len(ids):
+        return ids[int(answer) - 1]
+    matches = [i for i in ids if i.startswith(answer)]
+    return matches[0] if len(matches) == 1 else None
+
+
+def sandbox_menu(args: argparse.Namespace, sandbox_id: str) -> None:
+    """The seed's review keys for one sandbox; returns on q/Esc or when it is gone."""
+    while True:
+        sandbox = open_sandbox(c.store(), sandbox_id)
+        rec = sandbox.record
+        print(f"\n{rec.id}: {rec.live_status()}, {rec.iterations} iteration(s), "
+              f"{rec.commits} commit(s)\n{ACTIONS}")
+        key = input("> ").strip().lower()
+        try:
+            if key in ("q", "\x1b", ""):
+                return
+            if key == "d":
+                show_diff(sandbox, iteration=None, stat=False)
+            elif key == "s":
+                sandbox.backend.shell(spec=sandbox.spec)
+            elif key == "r":
+                rev = input("reset to (iter-N, base or commit): ").strip()
+                if rev and c.confirm(args, f"reset {rec.id} to {rev}?"):
+                    reset(sandbox, rev)
+            elif key == "c":
+                _continue(args, rec.id, input("how many iterations? ").strip() or "1")
+            elif key == "m":
+                if c.confirm(args, f"merge {rec.id} into {rec.project}?"):
+                    merge(sandbox, commit=False, keep=False)
+                    print("merged: the change is staged in your repository")
+                    return
+            elif key == "x":
+                if c.confirm(args, f"delete {rec.id}?"):
+                    remove_sandbox(sandbox)
+                    return
+        except SoError as exc:
+            print(f"so: error: {exc}")
+
+
+def _continue(args: argparse.Namespace, sandbox_id: str, count: str) -> None:
+    if not count.isdigit():
+        print("so: give a number of iterations")
+        return
+    ns = argparse.Namespace(**{**vars(args), "id": sandbox_id, "iterations": int(count)})
+    importlib.import_module("sono.commands.continue").run(ns)
+
+

@@ -1,0 +1,14 @@
+"""so shell ID [-- CMD...]: a shell (or one command) INSIDE the sandbox, same policy as the agent."""
+
+from __future__ import annotations
+
+import argparse
+
+from sono.commands import _common as c
+from sono.sandbox import open_sandbox
+
+
+def run(args: argparse.Namespace) -> int:
+    sandbox = open_sandbox(c.store(), args.id)
+    command = [a for a in args.cmd if a != "--"] if args.cmd and args.cmd[0] == "--" else args.cmd
+    return sandbox.backend.shell(spec=sandbox.spec, argv=command)

@@ -1,0 +1,443 @@
+"""Layered settings with provenance.
+
+Layers, later wins: defaults < user file (``$XDG_CONFIG_HOME/so/config.toml``) < project
+file (``<project>/.so/config.toml``) < environment variables < command-line flags.
+
+Every resolved value remembers the layer it came from (:class:`Setting`) so ``so config``
+can show it. Unknown keys and bad values raise :class:`~sono.errors.ConfigError` with one
+line naming the file (or env var, or flag), the key and the fix. Nothing here prints or
+keeps global state; the caller passes ``env`` and ``home`` so tests never see the real ones.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+import shlex
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import TypeVar
+
+from sono.errors import ConfigError
+
+DEFAULT_HARNESSES: tuple[str, ...] = ("claude", "custom", "codex", "opencode", "pi")
+DEFAULT_EXCLUDE: tuple[str, ...] = (".env", ".env.*", ".envrc", "*.pem", "*.key", "id_*")
+
+_T = TypeVar("_T")
+_Parse = Callable[[object], object]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One resolved setting and where it came from.
+
+    ``source`` is ``"default"``, ``"user file (<path>)"``, ``"project file (<path>)"``,
+    ``"env SO_X"`` or ``"flag --x"``.
+    """
+
+    key: str
+    value: object
+    source: str
+
+
+@dataclass(frozen=True)
+class Config:
+    """The resolved settings; ``sources`` maps every key to its :class:`Setting`."""
+
+    harness: str
+    iterations: int
+    sandbox: str
+    model: str | None
+    effort: str | None
+    agent_cmd: str | None
+    iteration_timeout: float
+    no_progress_limit: int
+    commit_retries: int
+    exclude: tuple[str, ...]
+    bwrap: str | None
+    pager: str | None
+    sources: Mapping[str, Setting]
+
+    def provenance(self) -> list[Setting]:
+        """Every setting with its source, in the documented key order."""
+        return list(self.sources.values())
+
+    def to_json(self) -> dict[str, dict[str, object]]:
+        """``{key: {"value": ..., "source": ...}}``, ready for ``json.dumps``."""
+        return {
+            key: {"value": _jsonable(s.value), "source": s.source}
+            for key, s in self.sources.items()
+        }
+
+
+# ---------------------------------------------------------------- durations
+
+_NUMBER = r"[0-9]+(?:\.[0-9]+)?"
+_UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+_DURATION = re.compile(
+    "".join(rf"(?:(?P<{unit}>{_NUMBER})\s*{unit}\s*)?" for unit in _UNIT_SECONDS)
+)
+
+
+def parse_duration(text: str | int | float) -> float:
+    """Seconds in ``text``: a plain number, or units d/h/m/s in that order ("1h30m", "7d").
+
+    Raises ValueError on anything else, including negative, infinite or NaN values.
+    """
+    if isinstance(text, bool):
+        raise ValueError(f"invalid duration {text!r}: expected seconds, not a boolean")
+    if isinstance(text, int | float):
+        return _finite_seconds(float(text), text)
+    stripped = text.strip().lower()
+    if re.fullmatch(_NUMBER, stripped):
+        return float(stripped)
+    match = _DURATION.fullmatch(stripped)
+    if not stripped or match is None:
+        raise ValueError(
+            f"invalid duration {text!r}: use seconds or a number with a unit, "
+            "like 90s, 30m, 2h, 1h30m or 7d"
+        )
+    parts = match.groupdict()
+    return sum(float(parts[u] or 0) * secs for u, secs in _UNIT_SECONDS.items())
+
+
+def _finite_seconds(seconds: float, original: object) -> float:
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"invalid duration {original!r}: must be a finite number >= 0")
+    return seconds
+
+
+# ---------------------------------------------------------------- value parsers
+# Each parser returns the typed value or raises ValueError; the caller turns that into
+# a ConfigError naming the layer, using the spec's ``expect`` text.
+
+
+def _int_at_least(minimum: int) -> _Parse:
+    def parse(value: object) -> int:
+        if isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value):
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError
+        return value
+
+    return parse
+
+
+def _choice(choices: Sequence[str]) -> _Parse:
+    def parse(value: object) -> str:
+        if not isinstance(value, str) or value not in choices:
+            raise ValueError
+        return value
+
+    return parse
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError
+    return value.strip()
+
+
+def _optional_text(value: object) -> str | None:
+    # TOML has no null: an empty string unsets a value a lower layer set.
+    if not isinstance(value, str):
+        raise ValueError
+    return value.strip() or None
+
+
+def _timeout(value: object) -> float:
+    if not isinstance(value, str | int | float):
+        raise ValueError
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise ValueError
+    return seconds
+
+
+def _patterns(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):  # env / flag form: comma-separated
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    if isinstance(value, list | tuple) and all(isinstance(p, str) and p.strip() for p in value):
+        return tuple(p.strip() for p in value)
+    raise ValueError
+
+
+# ---------------------------------------------------------------- the key table
+
+
+@dataclass(frozen=True)
+class _Spec:
+    key: str
+    default: object
+    parse: _Parse
+    expect: str
+    example: object
+    env: tuple[str, ...] = ()  # later names win when several are set
+
+
+def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
+    specs = [
+        _Spec(
+            "harness",
+            "claude",
+            _choice(harness_choices),
+            f"one of {', '.join(harness_choices)}",
+            "claude",
+            ("SO_HARNESS",),
+        ),
+        _Spec("iterations", 10, _int_at_least(1), "an integer >= 1", 10, ("SO_ITERATIONS",)),
+        # SANDBOX is seed A's variable; SO_SANDBOX wins when both are set.
+        _Spec("sandbox", "bwrap", _text, "a non-empty string", "bwrap", ("SANDBOX", "SO_SANDBOX")),
+        _Spec("model", None, _optional_text, "a string", "opus", ("SO_MODEL",)),
+        _Spec("effort", None, _optional_text, "a string", "high", ("SO_EFFORT",)),
+        _Spec(
+            "agent_cmd",
+            None,
+            _optional_text,
+            "a command-line string",
+            "my-agent",
+            ("SO_AGENT_CMD",),
+        ),
+        _Spec(
+            "iteration_timeout",
+            1800.0,
+            _timeout,
+            'a duration > 0 (seconds, or like "90s", "30m", "1h30m")',
+            "30m",
+            ("SO_ITERATION_TIMEOUT",),
+        ),
+        _Spec(
+            "no_progress_limit",
+            3,
+            _int_at_least(1),
+            "an integer >= 1",
+            3,
+            ("SO_NO_PROGRESS_LIMIT",),
+        ),
+        _Spec("commit_retries", 3, _int_at_least(0), "an integer >= 0", 3, ("SO_COMMIT_RETRIES",)),
+        _Spec(
+            "exclude",
+            DEFAULT_EXCLUDE,
+            _patterns,
+            "a list of non-empty glob strings",
+            [".env", "*.pem"],
+            ("SO_EXCLUDE",),
+        ),
+        _Spec("bwrap", None, _optional_text, "a path string", "/usr/bin/bwrap", ("SO_BWRAP",)),
+        _Spec("pager", None, _optional_text, "a command-line string", "less -R"),
+    ]
+    return {spec.key: spec for spec in specs}
+
+
+KEYS: tuple[str, ...] = tuple(_specs(DEFAULT_HARNESSES))
+
+
+# ---------------------------------------------------------------- paths
+
+
+def user_config_path(env: Mapping[str, str], home: Path) -> Path:
+    """``$XDG_CONFIG_HOME/so/config.toml``; a relative XDG value is ignored, as the spec says."""
+    xdg = env.get("XDG_CONFIG_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else home / ".config"
+    return base / "so" / "config.toml"
+
+
+def project_config_path(project: Path) -> Path:
+    """``<project>/.so/config.toml``."""
+    return project / ".so" / "config.toml"
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_config(
+    *,
+    project: Path | None,
+    env: Mapping[str, str],
+    home: Path,
+    flags: Mapping[str, object],
+    harness_choices: Sequence[str] = DEFAULT_HARNESSES,
+) -> Config:
+    """Resolve every setting across the five layers; raise ConfigError on bad input.
+
+    ``flags`` maps keys to the values the user passed (typed or raw strings); ``None``
+    means "not passed".
+    """
+    specs = _specs(harness_choices)
+    settings = {key: Setting(key, spec.default, "default") for key, spec in specs.items()}
+    settings.update(_file_layer(user_config_path(env, home), "user file", specs))
+    if project is not None:
+        settings.update(_file_layer(project_config_path(project), "project file", specs))
+    settings.update(_env_layer(env, specs))
+    settings.update(_flag_layer(flags, specs))
+    return _build(settings)
+
+
+def _file_layer(path: Path, label: str, specs: Mapping[str, _Spec]) -> dict[str, Setting]:
+    source = f"{label} ({path})"
+    layer = {}
+    for key, raw in _read_toml(path).items():
+        spec = specs.get(key)
+        if spec is None:
+            raise _fail(_unknown_key(path, key, raw, specs))
+        value = _check(
+            spec, raw, where=str(path), got=True, fix=f"e.g. {key} = {_toml_literal(spec.example)}"
+        )
+        layer[key] = Setting(key, value, source)
+    return layer
+
+
+def _env_layer(env: Mapping[str, str], specs: Mapping[str, _Spec]) -> dict[str, Setting]:
+    layer = {}
+    for key, spec in specs.items():
+        var = next((name for name in reversed(spec.env) if name in env), None)
+        if var is None:
+            continue
+        fix = f"e.g. {var}={_shell_literal(spec.example)}, or unset {var}"
+        value = _check(spec, env[var], where=f"{var}={_show_env(env[var])}", got=False, fix=fix)
+        layer[key] = Setting(key, value, f"env {var}")
+    return layer
+
+
+def _flag_layer(flags: Mapping[str, object], specs: Mapping[str, _Spec]) -> dict[str, Setting]:
+    layer = {}
+    for key, raw in flags.items():
+        if raw is None:
+            continue
+        spec = specs.get(key)
+        if spec is None:  # the CLI and this table disagree: a bug, not a user error
+            raise ValueError(f"unknown config flag key {key!r}; known: {', '.join(specs)}")
+        flag = flag_name(key)
+        fix = f"e.g. {flag} {_shell_literal(spec.example)}"
+        value = _check(spec, raw, where=flag, got=True, fix=fix)
+        layer[key] = Setting(key, value, f"flag {flag}")
+    return layer
+
+
+def flag_name(key: str) -> str:
+    """The long flag for a key: ``iteration_timeout`` -> ``--iteration-timeout``."""
+    return "--" + key.replace("_", "-")
+
+
+def _check(spec: _Spec, raw: object, *, where: str, got: bool, fix: str) -> object:
+    try:
+        return spec.parse(raw)
+    except ValueError:
+        shown = f", got {_show(raw)} ({type(raw).__name__})" if got else ""
+        raise _fail(f"{where}: '{spec.key}' must be {spec.expect}{shown}; {fix}") from None
+
+
+def _build(settings: Mapping[str, Setting]) -> Config:
+    def get(key: str, kind: type[_T]) -> _T:
+        value = settings[key].value
+        if not isinstance(value, kind):  # the parsers guarantee this; a bug otherwise
+            raise TypeError(f"config key {key!r} resolved to {value!r}, not {kind.__name__}")
+        return value
+
+    def opt(key: str) -> str | None:
+        return None if settings[key].value is None else get(key, str)
+
+    return Config(
+        harness=get("harness", str),
+        iterations=get("iterations", int),
+        sandbox=get("sandbox", str),
+        model=opt("model"),
+        effort=opt("effort"),
+        agent_cmd=opt("agent_cmd"),
+        iteration_timeout=get("iteration_timeout", float),
+        no_progress_limit=get("no_progress_limit", int),
+        commit_retries=get("commit_retries", int),
+        exclude=get("exclude", tuple),
+        bwrap=opt("bwrap"),
+        pager=opt("pager"),
+        sources=MappingProxyType(dict(settings)),
+    )
+
+
+# ---------------------------------------------------------------- files
+
+
+def _read_toml(path: Path) -> dict[str, object]:
+    text = _read_text(path)
+    if text is None:
+        return {}
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise _fail(_toml_error(path, text, exc)) from exc
+
+
+def _read_text(path: Path) -> str | None:
+    """The file's text, or None when there is no such file."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except UnicodeDecodeError as exc:
+        raise _fail(
+            f"{path}: config file is not UTF-8 text; re-save it as UTF-8 or move it away"
+        ) from exc
+    except OSError as exc:
+        raise _fail(
+            f"{path}: cannot read config file ({exc.strerror or exc}); "
+            "fix its permissions or move it away"
+        ) from exc
+
+
+_TOML_WHERE = re.compile(r"\s*\((?:at line (?P<line>\d+), column \d+|at end of document)\)$")
+
+
+def _toml_error(path: Path, text: str, exc: tomllib.TOMLDecodeError) -> str:
+    # Python 3.11's TOMLDecodeError has no lineno attribute: read it from the message.
+    message = str(exc)
+    match = _TOML_WHERE.search(message)
+    line = len(text.splitlines()) or 1
+    if match:
+        message = message[: match.start()]
+        line = int(match["line"]) if match["line"] else line
+    return f"{path}: invalid TOML at line {line}: {message}. Fix the syntax or move the file away."
+
+
+def _unknown_key(path: Path, key: str, raw: object, specs: Mapping[str, _Spec]) -> str:
+    what = f"table [{key}]" if isinstance(raw, dict) else f"key '{key}'"
+    close = difflib.get_close_matches(key, list(specs), n=1)
+    hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(specs)}"
+    return f"{path}: unknown {what} ({hint}); rename or remove it"
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def _fail(message: str) -> ConfigError:
+    """A ConfigError whose message is guaranteed to be one line."""
+    return ConfigError(" ".join(message.splitlines()))
+
+
+def _show(value: object) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _show_env(value: str) -> str:
+    return value if value.isprintable() and len(value) <= 60 else _show(value)
+
+
+def _toml_literal(value: object) -> str:
+    return json.dumps(value)  # JSON strings, numbers and lists of strings are valid TOML
+
+
+def _shell_literal(value: object) -> str:
+    text = ",".join(value) if isinstance(value, list) else str(value)
+    return shlex.quote(text)
+
+
+def _jsonable(value: object) -> object:
+    return list(value) if isinstance(value, tuple) else value

@@ -1,0 +1,223 @@
+"""The Ralph loop: fresh agent process per iteration, stop rules, commit enforcement."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Protocol
+
+from sono import specs
+from sono.events import Event, Usage, dumps
+from sono.harnesses.base import AgentOptions, Harness
+from sono.sandbox import Sandbox
+from sono.state import BLOCKED, DONE, FAILED, RUNNING, STOPPED, IterationRecord, now_iso
+from sono.workspace import read_workspace_file
+
+# Documented exit codes (README "Exit codes").
+EXIT_DONE = 0
+EXIT_ERROR = 1
+EXIT_BLOCKED = 4
+EXIT_EXHAUSTED = 5
+EXIT_NO_PROGRESS = 6
+EXIT_INTERRUPTED = 130
+
+OUTCOME_EXIT = {
+    "done": EXIT_DONE, "blocked": EXIT_BLOCKED, "exhausted": EXIT_EXHAUSTED,
+    "no_progress": EXIT_NO_PROGRESS, "interrupted": EXIT_INTERRUPTED, "error": EXIT_ERROR,
+}
+OUTCOME_STATUS = {
+    "done": DONE, "blocked": BLOCKED, "exhausted": STOPPED, "no_progress": STOPPED,
+    "interrupted": STOPPED, "error": FAILED,
+}
+
+
+@dataclass(frozen=True)
+class LoopOptions:
+    iterations: int
+    timeout_s: float
+    no_progress_limit: int = 3
+    commit_retries: int = 3
+    # Preset prompt builder (clean/dup); None = specs/prompt.md from the workspace.
+    prompt: Callable[[Sandbox], str] | None = None
+    step: bool = False
+    cap_by_plan: bool = True
+
+
+@dataclass(frozen=True)
+class LoopResult:
+    outcome: str
+    iterations: tuple[IterationRecord, ...]
+    planned: int
+    message: str
+
+    @property
+    def exit_code(self) -> int:
+        return OUTCOME_EXIT[self.outcome]
+
+
+class Reporter(Protocol):
+    def iteration_started(self, i: int, n: int, sandbox_id: str) -> None: ...
+    def event(self, event: Event) -> None: ...
+    def iteration_ended(self, record: IterationRecord, n: int) -> None: ...
+    def note(self, message: str) -> None: ...
+
+
+# Between iterations in step mode: returns "continue" or "stop".
+StepHook = Callable[[Sandbox, IterationRecord], str]
+
+
+class Loop:
+    def __init__(self, sandbox: Sandbox, harness: Harness, agent: AgentOptions,
+                 opts: LoopOptions, reporter: Reporter, env: dict[str, str],
+                 step_hook: StepHook | None = None, host_home: Path | None = None) -> None:
+        self.sb = sandbox
+        self.harness = harness
+        self.agent = agent
+        self.opts = opts
+        self.reporter = reporter
+        self.env = env
+        self.step_hook = step_hook
+        self.host_home = host_home or Path.home()
+
+    def planned_iterations(self) -> int:
+        if not self.opts.cap_by_plan or self.opts.prompt is not None:
+            return self.opts.iterations
+        plan = read_workspace_file(self.sb.work, specs.PLAN)
+        return specs.cap_iterations(self.opts.iterations, plan)
+
+    def run(self) -> LoopResult:
+        planned = self.planned_iterations()
+        first = self.sb.record.iterations + 1
+        records: list[IterationRecord] = []
+        idle = 0
+        self.sb.save(status=RUNNING, runner_pid=os.getpid(), stop_reason=None, last_error=None)
+        outcome, message = "exhausted", f"ran {planned} iteration(s) without status done"
+        try:
+            for offset in range(planned):
+                rec = self.iteration(first + offset, offset + 1, planned)
+                records.append(rec)
+                idle = 0 if rec.commits else idle + 1
+                if rec.status_after in (specs.DONE, specs.BLOCKED):
+                    outcome = "done" if rec.status_after == specs.DONE else "blocked"
+                    message = f"{specs.STATUS} says {rec.status_after}"
+                    break
+                if idle >= self.opts.no_progress_limit:
+                    outcome = "no_progress"
+                    message = f"{idle} iteration(s) in a row without a new commit"
+                    break
+                if self.step_hook and offset + 1 < planned \
+                        and self.step_hook(self.sb, rec) == "stop":
+                    outcome, message = "interrupted", "stopped by you between iterations"
+                    break
+        except KeyboardInterrupt:
+            self._finish("interrupted", "interrupted (Ctrl-C)")
+            raise
+        self._finish(outcome, message)
+        return LoopResult(outcome, tuple(records), planned, message)
+
+    def _finish(self, outcome: str, message: str) -> None:
+        last_error = message if outcome in ("error", "no_progress") else None
+        self.sb.save(status=OUTCOME_STATUS[outcome], stop_reason=message, runner_pid=None,
+                     last_error=last_error, commits=self._count_commits())
+
+    def _count_commits(self) -> int:
+        return len(self.sb.git.commits(self.sb.record.base_ref))
+
+    def iteration(self, n: int, i: int, planned: int) -> IterationRecord:
+        """One fresh agent process, then commit enforcement, refs and records."""
+        self.reporter.iteration_started(i, planned, self.sb.record.id)
+        git = self.sb.git
+        head_before = git.head()
+        started, t0 = now_iso(), time.monotonic()
+        prompt = self.prompt(i, planned)
+        exit_code, timed_out, events = self.run_agent(n, prompt, "agent")
+        retries = 0
+        auto = False
+        if not self.opts.step:
+            while git.dirty() and retries < self.opts.commit_retries:
+                retries += 1
+                self.reporter.note(f"tree is dirty after iteration {i}: asking the agent "
+                                   f"to commit ({retries}/{self.opts.commit_retries})")
+                self.run_agent(n, specs.COMMIT_REMINDER, f"commit-{retries}")
+        if git.dirty():
+            git.commit_all(f"so: uncommitted changes after iteration {n}")
+            auto = True
+            self.reporter.note(f"so committed the agent's leftover changes (iteration {n})")
+        head_after = git.head()
+        git("update-ref", self.sb.record.iter_ref(n), head_after)
+        status = specs.parse_status(read_workspace_file(self.sb.work, specs.STATUS))
+        rec = IterationRecord(
+            n=n, started=started, duration_s=round(time.monotonic() - t0, 3),
+            exit_code=exit_code, timed_out=timed_out, head_before=head_before,
+            head_after=head_after, commits=tuple(git.commits(head_before, head_after)),
+            commit_retries=retries, auto_committed=auto, status_after=status, events=events,
+        )
+        self.sb.store.write_iteration(self.sb.record.id, rec)
+        self.sb.save(iterations=n, commits=self._count_commits(),
+                     last_error=self._agent_error(rec))
+        self.reporter.iteration_ended(rec, planned)
+        return rec
+
+    def _agent_error(self, rec: IterationRecord) -> str | None:
+        if rec.timed_out:
+            return f"iteration {rec.n} timed out after {self.opts.timeout_s:.0f}s; agent killed"
+        if rec.exit_code not in (0, None):
+            return f"agent exited with {rec.exit_code} in iteration {rec.n}"
+        return None
+
+    def prompt(self, i: int, planned: int) -> str:
+        if self.opts.prompt is not None:
+            base = self.opts.prompt(self.sb)
+        else:
+            base = read_workspace_file(self.sb.work, specs.PROMPT) or ""
+        recent = self.sb.git.log_lines(self.sb.record.base_ref)
+        return specs.compose_prompt(base, recent, i, planned, step=self.opts.step)
+
+    def run_agent(self, n: int, prompt: str, name: str) -> tuple[int | None, bool, int]:
+        """Run the agent once; store prompt, raw output and events. Returns
+        (exit code, timed out, number of events)."""
+        out_dir = self.sb.store.iteration_dir(self.sb.record.id, n)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        suffix = "" if name == "agent" else f".{name}"
+        (out_dir / f"prompt{suffix}.md").write_text(prompt)
+        self.harness.provision(home_seed=self.sb.home_seed, host_home=self.host_home)
+        prompt_file = self.sb.home_seed / ".so" / "prompt.md"
+        prompt_file.parent.mkdir(exist_ok=True)
+        prompt_file.write_text(prompt)
+        env = {**self.env, "SO_PROMPT_FILE": f"{self.sb.spec.home}/.so/prompt.md",
+               "SO_ITERATION": str(n)}
+        parser = self.harness.parser()
+        count = 0
+        with (out_dir / f"output{suffix}.log").open("w") as raw, \
+                (out_dir / f"events{suffix}.jsonl").open("a") as ev_out:
+
+            def on_line(line: str) -> None:
+                nonlocal count
+                _write(raw, line)
+                for event in parser.feed(line):
+                    count += 1
+                    _write(ev_out, dumps(event))
+                    self.reporter.event(event)
+
+            result = self.sb.backend.exec(
+                spec=self.sb.spec, argv=self.harness.unattended_argv(self.agent), env=env,
+                stdin_text=prompt, timeout=self.opts.timeout_s, on_line=on_line,
+            )
+        if result.timed_out:
+            self.reporter.note(f"iteration {n}: agent timed out after {self.opts.timeout_s:.0f}s;"
+                               " its whole process tree was killed")
+        return result.returncode, result.timed_out, count
+
+
+def _write(fh: IO[str], line: str) -> None:
+    fh.write(line + "\n")
+    fh.flush()
+
+
+def usage_totals(events: list[Event]) -> tuple[int, int]:
+    tokens_in = sum(e.input_tokens for e in events if isinstance(e, Usage))
+    tokens_out = sum(e.output_tokens for e in events if isinstance(e, Usage))
+    return tokens_in, tokens_out

@@ -1,0 +1,193 @@
+"""The one subprocess gate.
+
+Every external command goes through here: argument lists only (never a shell), each
+command logged, failures carry the command, exit code and stderr, and interrupts or
+timeouts escalate terminate → kill on the whole process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from sono.errors import SoError
+
+log = logging.getLogger("sono.proc")
+
+KILL_GRACE_S = 3.0
+
+
+@dataclass(frozen=True)
+class Completed:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """Outcome of :func:`stream`: exit code (None when killed) and why it ended."""
+
+    returncode: int | None
+    timed_out: bool
+    interrupted: bool
+    duration_s: float
+
+
+class CommandError(SoError):
+    def __init__(self, result: Completed) -> None:
+        tail = result.stderr.strip().splitlines()[-3:]
+        detail = " | ".join(tail) if tail else "no output"
+        super().__init__(
+            f"command failed (exit {result.returncode}): {shlex.join(result.argv)}: {detail}"
+        )
+        self.result = result
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    input: str | None = None,  # noqa: A002 - mirrors subprocess.run
+    check: bool = True,
+    timeout: float | None = None,
+) -> Completed:
+    """Run to completion, capturing output as text."""
+    log.debug("run: %s", shlex.join(argv))
+    try:
+        proc = subprocess.run(
+            list(argv),
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            input=input,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise SoError(f"command not found: {argv[0]} (is it installed and on PATH?)") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SoError(f"command timed out after {timeout}s: {shlex.join(argv)}") from exc
+    result = Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+    if check and proc.returncode != 0:
+        raise CommandError(result)
+    return result
+
+
+def interactive(
+    argv: Sequence[str], *, cwd: Path | None = None, env: Mapping[str, str] | None = None
+) -> int:
+    """Run attached to the user's terminal (shell, pager, interactive agent)."""
+    log.debug("interactive: %s", shlex.join(argv))
+    try:
+        proc = subprocess.Popen(list(argv), cwd=cwd, env=dict(env) if env is not None else None)
+    except FileNotFoundError as exc:
+        raise SoError(f"command not found: {argv[0]} (is it installed and on PATH?)") from exc
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            # Ctrl-C belongs to the child here (it shares our terminal); keep waiting.
+            continue
+
+
+def kill_group(proc: subprocess.Popen[bytes], grace_s: float = KILL_GRACE_S) -> None:
+    """SIGTERM the process group, then SIGKILL whatever is left after ``grace_s``."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        # The leader is gone; sweep any stragglers still in the group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        return
+
+
+def stream(
+    argv: Sequence[str],
+    *,
+    on_line: Callable[[str], None],
+    stdin_text: str | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float | None = None,
+    stderr_to: IO[bytes] | None = None,
+) -> Streamed:
+    """Run in its own process group, feeding each stdout line to ``on_line``.
+
+    On timeout or Ctrl-C the whole group is terminated, then killed. A Ctrl-C is
+    re-raised as KeyboardInterrupt after the child is gone, so callers can record
+    state before exiting.
+    """
+    log.debug("stream: %s", shlex.join(argv))
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr_to if stderr_to is not None else subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        raise SoError(f"command not found: {argv[0]} (is it installed and on PATH?)") from exc
+    if stdin_text is not None:
+        threading.Thread(target=_feed, args=(proc, stdin_text), daemon=True).start()
+    reader = threading.Thread(target=_pump, args=(proc, on_line), daemon=True)
+    reader.start()
+    deadline = None if timeout is None else start + timeout
+    timed_out = False
+    try:
+        while proc.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                timed_out = True
+                kill_group(proc)
+                break
+            reader.join(timeout=0.05)
+    except KeyboardInterrupt:
+        kill_group(proc)
+        reader.join(timeout=5)
+        raise
+    if not timed_out:
+        # Children that outlive the leader would keep the pipe open forever.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    reader.join(timeout=5)
+    return Streamed(
+        returncode=None if timed_out else proc.returncode,
+        timed_out=timed_out,
+        interrupted=False,
+        duration_s=time.monotonic() - start,
+    )
+
+
+def _feed(proc: subprocess.Popen[bytes], text: str) -> None:
+    assert proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError, OSError):
+        proc.stdin.write(text.encode())
+        proc.stdin.close()
+
+
+def _pump(proc: subprocess.Popen[bytes], on_line: Callable[[str], None]) -> None:
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        on_line(raw.decode(errors="replace").rstrip("\n"))

@@ -1,0 +1,212 @@
+"""The sandbox's own copy of the project, and git on both sides of the wall.
+
+Design: the sandbox repo is ``git clone --shared --no-checkout`` of the host repo, so
+``.git`` costs O(refs), not O(history): objects are read through ``alternates`` from the
+host's object store, which the sandbox mounts read-only. The working tree (ignored
+files included, secrets excluded) is copied with ``cp -a --reflink=auto``, a copy-on-write
+clone where the filesystem supports it. Swapping the copy for an overlay later changes
+only :func:`populate_tree`.
+
+Trust: host-side git runs only on the host repo and on the fresh copy before any agent
+has touched it. Once an agent has run, the sandbox repo's config, hooks and attributes
+are the agent's; every git command on it runs inside the sandbox (:class:`SandboxGit`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sono import proc
+from sono.backends.base import Backend, SandboxSpec
+from sono.errors import SoError
+
+SANDBOX_IDENTITY = ("so sandbox", "so@sandbox.invalid")
+# No hooks, no fsmonitor daemon, and never an opportunistic index rewrite on the host.
+GIT_SAFE = ("--no-optional-locks", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+
+
+@dataclass(frozen=True)
+class HostRepo:
+    root: Path
+    branch: str  # "" when HEAD is detached
+    head: str
+    dirty: tuple[str, ...]
+
+
+def host_git(root: Path, *args: str, check: bool = True) -> proc.Completed:
+    return proc.run(["git", *GIT_SAFE, "-C", str(root), *args], check=check)
+
+
+def inspect_host(project: Path) -> HostRepo:
+    top = proc.run(["git", "-C", str(project), "rev-parse", "--show-toplevel"], check=False)
+    if top.returncode != 0:
+        raise SoError(f"{project} is not inside a git repository; run so from your project")
+    root = Path(top.stdout.strip())
+    head = host_git(root, "rev-parse", "--verify", "-q", "HEAD", check=False)
+    if head.returncode != 0:
+        raise SoError(f"{root} has no commits yet; commit something first, then run so")
+    branch = host_git(root, "symbolic-ref", "-q", "--short", "HEAD", check=False).stdout.strip()
+    status = host_git(root, "status", "--porcelain", "--untracked-files=all").stdout
+    return HostRepo(root, branch, head.stdout.strip(), tuple(status.splitlines()))
+
+
+def require_clean(host: HostRepo, *, action: str, hint: str) -> None:
+    if host.dirty:
+        sample = ", ".join(line[3:] for line in host.dirty[:3])
+        more = f" and {len(host.dirty) - 3} more" if len(host.dirty) > 3 else ""
+        raise SoError(
+            f"cannot {action}: {host.root} has uncommitted changes ({sample}{more}); "
+            f"commit or stash them{hint}"
+        )
+
+
+@contextlib.contextmanager
+def removed_on_failure(path: Path) -> Iterator[Path]:
+    """Yield ``path``; delete it if the block raises (including Ctrl-C)."""
+    try:
+        yield path
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+
+
+def create_workspace(
+    host: HostRepo, work: Path, *, sandbox_id: str, exclude: Sequence[str], allow_dirty: bool
+) -> str:
+    """Make ``work`` the sandbox's repo on branch ``so/<id>``; return the base commit."""
+    branch = f"so/{sandbox_id}"
+    proc.run(["git", "clone", "--shared", "--no-checkout", "--quiet", str(host.root), str(work)])
+    git = _trusted(work)
+    git("remote", "remove", "origin")
+    git("update-ref", f"refs/heads/{branch}", host.head)
+    git("symbolic-ref", "HEAD", f"refs/heads/{branch}")
+    git("read-tree", "HEAD")
+    populate_tree(host.root, work)
+    tracked = set(git("ls-files", "-z").stdout.split("\0"))
+    remove_secrets(work, exclude, tracked)
+    git("update-index", "-q", "--refresh", check=False)
+    if allow_dirty and host.dirty:
+        git("add", "-A")
+        git("commit", "-q", "--no-verify", "-m", "so: snapshot of the host working tree")
+    base = git("rev-parse", "HEAD").stdout.strip()
+    git("update-ref", f"refs/so/{sandbox_id}/base", base)
+    return base
+
+
+def _trusted(work: Path) -> _Git:
+    return _Git(work)
+
+
+class _Git:
+    """Host-side git on a fresh copy that no agent has touched yet."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def __call__(self, *args: str, check: bool = True) -> proc.Completed:
+        name, email = SANDBOX_IDENTITY
+        return host_git(self.root, "-c", f"user.name={name}", "-c", f"user.email={email}",
+                        *args, check=check)
+
+
+def populate_tree(src: Path, dest: Path) -> None:
+    """Copy the working tree as the user has it (ignored files too), minus ``.git``."""
+    entries = [str(p) for p in sorted(src.iterdir()) if p.name != ".git"]
+    if entries:
+        proc.run(["cp", "-a", "--reflink=auto", *entries, str(dest)])
+
+
+def remove_secrets(work: Path, patterns: Sequence[str], tracked: set[str]) -> list[str]:
+    """Delete untracked/ignored files matching the exclude list; tracked files stay
+    (their content is in the history the sandbox already has)."""
+    removed: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(work):
+        if ".git" in dirnames and Path(dirpath) == work:
+            dirnames.remove(".git")
+        for name in filenames + [d for d in dirnames if _matches(d, patterns)]:
+            if not _matches(name, patterns):
+                continue
+            path = Path(dirpath) / name
+            rel = str(path.relative_to(work))
+            if rel in tracked:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+                dirnames.remove(name)
+            else:
+                path.unlink()
+            removed.append(rel)
+    return removed
+
+
+def _matches(name: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pat) for pat in patterns)
+
+
+def alternates(work: Path) -> list[Path]:
+    """Object directories the sandbox repo borrows from (to mount read-only)."""
+    found: list[Path] = []
+    queue = [work / ".git" / "objects"]
+    while queue:
+        info = queue.pop() / "info" / "alternates"
+        if not info.is_file():
+            continue
+        for line in info.read_text().splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                path = (info.parent.parent / line).resolve()
+                if path not in found:
+                    found.append(path)
+                    queue.append(path)
+    return found
+
+
+class SandboxGit:
+    """git on the sandbox repo, executed inside the sandbox under its policy."""
+
+    def __init__(self, backend: Backend, spec: SandboxSpec) -> None:
+        self.backend = backend
+        self.spec = spec
+
+    def __call__(self, *args: str, check: bool = True) -> proc.Completed:
+        return self.backend.run(spec=self.spec, argv=["git", *args], check=check)
+
+    def out(self, *args: str) -> str:
+        return self(*args).stdout.strip()
+
+    def head(self) -> str:
+        return self.out("rev-parse", "HEAD")
+
+    def dirty(self) -> list[str]:
+        return self("status", "--porcelain", "--untracked-files=all").stdout.splitlines()
+
+    def commits(self, since: str, until: str = "HEAD") -> list[str]:
+        out = self.out("rev-list", "--reverse", f"{since}..{until}")
+        return out.splitlines()
+
+    def log_lines(self, since: str, limit: int = 10) -> list[str]:
+        out = self.out("log", f"-{limit}", "--format=%h %s", f"{since}..HEAD")
+        return out.splitlines()
+
+    def commit_all(self, message: str) -> None:
+        self("add", "-A")
+        self("commit", "-q", "--no-verify", "-m", message)
+
+
+def read_workspace_file(work: Path, rel: str, limit: int = 1 << 20) -> str | None:
+    """Read a file the agent controls without following links out of the workspace."""
+    path = work / rel
+    try:
+        real = path.resolve(strict=True)
+    except (FileNotFoundError, RuntimeError):
+        return None
+    if not real.is_relative_to(work.resolve()) or not real.is_file():
+        return None
+    with real.open("rb") as fh:
+        return fh.read(limit).decode(errors="replace")

@@ -1,0 +1,123 @@
+"""bwrap: the pure argv builder, and the real policy on real namespaces."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from sono.backends.base import Mount, SandboxSpec
+from sono.backends.bwrap import BwrapBackend, BwrapOptions, bwrap_argv, userns_fix
+
+
+def spec(tmp_path: Path, **kw: object) -> SandboxSpec:
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    seed = tmp_path / "state" / "home"
+    seed.mkdir(parents=True, exist_ok=True)
+    return SandboxSpec(id="t-1", workspace=work, home_seed=seed, **kw)  # type: ignore[arg-type]
+
+
+def argv_for(tmp_path: Path, **kw: object) -> list[str]:
+    return bwrap_argv(spec(tmp_path, **kw), ["echo", "hi"], {"FOO": "bar"},
+                      BwrapOptions("/bin/bwrap"), etc_dir=tmp_path / "etc")
+
+
+def pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
+    return [(argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a == flag]
+
+
+def test_argv_namespaces_and_identity(tmp_path: Path) -> None:
+    argv = argv_for(tmp_path)
+    for flag in ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+                 "--die-with-parent", "--new-session", "--clearenv"):
+        assert flag in argv
+    assert argv[argv.index("--uid") + 1] == "1000"
+    assert argv[argv.index("--cap-drop") + 1] == "ALL"
+    assert "--unshare-net" not in argv  # host network in this release, documented
+
+
+def test_argv_mounts(tmp_path: Path) -> None:
+    argv = argv_for(tmp_path, mounts=(Mount(Path("/opt/agent"), "/opt/agent"),))
+    assert (str(tmp_path / "work"), "/workspace") in pairs(argv, "--bind")
+    assert ("/opt/agent", "/opt/agent") in pairs(argv, "--ro-bind")
+    binds = [src for src, _ in pairs(argv, "--bind") + pairs(argv, "--ro-bind")]
+    home = os.path.expanduser("~")
+    assert not any(b == home or b.endswith((".ssh", "docker.sock")) for b in binds)
+    assert ("/etc/resolv.conf", "/etc/resolv.conf") in pairs(argv, "--ro-bind-try")
+    assert "/etc/shadow" not in argv
+    assert argv[argv.index("--remount-ro") + 1] == "/"
+
+
+def test_argv_env_is_cleared_then_set(tmp_path: Path) -> None:
+    argv = argv_for(tmp_path)
+    env = dict(pairs(argv, "--setenv"))
+    assert env["FOO"] == "bar" and env["HOME"] == "/home/agent" and env["USER"] == "agent"
+    assert "SSH_AUTH_SOCK" not in env
+    assert argv[-2:] == ["echo", "hi"]
+
+
+def test_userns_fix_messages(tmp_path: Path) -> None:
+    (tmp_path / "kernel").mkdir()
+    (tmp_path / "kernel" / "apparmor_restrict_unprivileged_userns").write_text("1\n")
+    assert "apparmor" in userns_fix(tmp_path).lower()
+    (tmp_path / "kernel" / "apparmor_restrict_unprivileged_userns").write_text("0\n")
+    (tmp_path / "kernel" / "unprivileged_userns_clone").write_text("0\n")
+    assert "unprivileged_userns_clone=1" in userns_fix(tmp_path)
+
+
+# --- real bwrap -------------------------------------------------------------------------
+
+@pytest.fixture
+def real(tmp_path: Path) -> tuple[BwrapBackend, SandboxSpec]:
+    backend = BwrapBackend()
+    s = spec(tmp_path)
+    (s.home_seed / ".gitconfig").write_text("[user]\n\tname = t\n")
+    backend.create(spec=s)
+    return backend, s
+
+
+def sh(real: tuple[BwrapBackend, SandboxSpec], script: str) -> tuple[int, str]:
+    backend, s = real
+    out = backend.run(spec=s, argv=["sh", "-c", script], check=False)
+    return out.returncode, out.stdout + out.stderr
+
+
+def test_health_on_this_host() -> None:
+    health = BwrapBackend().health()
+    assert health.ok, health
+
+
+def test_runs_as_unprivileged_user_in_workspace(real: tuple[BwrapBackend, SandboxSpec]) -> None:
+    code, out = sh(real, "id -u; id -un; pwd; echo $HOME; cat ~/.gitconfig")
+    assert code == 0
+    assert out.split()[:4] == ["1000", "agent", "/workspace", "/home/agent"]
+    assert "name = t" in out
+
+
+def test_workspace_writable_system_readonly(real: tuple[BwrapBackend, SandboxSpec]) -> None:
+    backend, s = real
+    code, _ = sh(real, "echo ok > /workspace/made-inside")
+    assert code == 0 and (s.workspace / "made-inside").read_text() == "ok\n"
+    for target in ("/usr/evil", "/etc/evil", "/evil", "/opt/evil"):
+        code, out = sh(real, f"mkdir -p $(dirname {target}) 2>/dev/null; echo x > {target}")
+        assert code != 0, f"could write {target}: {out}"
+
+
+def test_host_secrets_invisible(real: tuple[BwrapBackend, SandboxSpec]) -> None:
+    code, out = sh(real, "ls /root 2>&1; cat /etc/shadow 2>&1; ls ~/.ssh 2>&1; "
+                         "ls /var/run/docker.sock 2>&1; ls /proc/1/root/ 2>&1 | head -1")
+    assert "No such file" in out
+    assert "root:" not in out
+
+
+def test_pid_namespace_hides_host_processes(real: tuple[BwrapBackend, SandboxSpec]) -> None:
+    code, out = sh(real, "ls /proc | grep -c '^[0-9]'")
+    assert code == 0 and int(out.strip()) < 10
+
+
+def test_home_is_fresh_each_exec(real: tuple[BwrapBackend, SandboxSpec]) -> None:
+    sh(real, "echo state > ~/left-behind")
+    code, out = sh(real, "ls -A ~")
+    assert "left-behind" not in out and ".gitconfig" in out

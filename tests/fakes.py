@@ -1,0 +1,45 @@
+"""A fake Backend at the unit-test seam: runs commands directly in the workspace on the
+host (no namespaces). Only for unit tests of the loop's logic; integration tests use bwrap."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import ClassVar
+
+from sono import proc
+from sono.backends.base import Health, SandboxSpec
+
+
+class HostBackend:
+    name: ClassVar[str] = "fake"
+
+    def __init__(self) -> None:
+        self.execs: list[list[str]] = []
+
+    def _env(self, spec: SandboxSpec, env: Mapping[str, str] | None) -> dict[str, str]:
+        return {**os.environ, "HOME": str(spec.home_seed), "GIT_CONFIG_NOSYSTEM": "1",
+                "SO_SANDBOX_ID": spec.id, **(env or {})}
+
+    def create(self, *, spec: SandboxSpec) -> None:
+        spec.home_seed.mkdir(parents=True, exist_ok=True)
+
+    def exec(self, *, spec: SandboxSpec, argv: Sequence[str], env: Mapping[str, str],
+             stdin_text: str | None, timeout: float | None,
+             on_line: Callable[[str], None]) -> proc.Streamed:
+        self.execs.append(list(argv))
+        return proc.stream(argv, on_line=on_line, stdin_text=stdin_text, timeout=timeout,
+                           env=self._env(spec, env), cwd=spec.workspace)
+
+    def run(self, *, spec: SandboxSpec, argv: Sequence[str], check: bool = True,
+            env: Mapping[str, str] | None = None) -> proc.Completed:
+        return proc.run(argv, check=check, env=self._env(spec, env), cwd=spec.workspace)
+
+    def shell(self, *, spec: SandboxSpec, argv: Sequence[str] = ()) -> int:
+        return proc.interactive(list(argv) or ["sh"], cwd=spec.workspace)
+
+    def destroy(self, *, spec: SandboxSpec) -> None:
+        pass
+
+    def health(self) -> Health:
+        return Health(True, "fake")

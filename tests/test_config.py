@@ -1,0 +1,511 @@
+"""Layered settings with provenance: precedence, sources, durations and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import FrozenInstanceError
+from pathlib import Path
+
+import pytest
+
+from sono.config import (
+    DEFAULT_EXCLUDE,
+    KEYS,
+    Config,
+    Setting,
+    flag_name,
+    load_config,
+    parse_duration,
+    project_config_path,
+    user_config_path,
+)
+from sono.errors import ConfigError
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    path = tmp_path / "project"
+    path.mkdir()
+    return path
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def user_file(home: Path, text: str) -> Path:
+    return write(home / ".config" / "so" / "config.toml", text)
+
+
+def project_file(project: Path, text: str) -> Path:
+    return write(project / ".so" / "config.toml", text)
+
+
+def load(
+    home: Path,
+    project: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, object] | None = None,
+) -> Config:
+    return load_config(project=project, env=env or {}, home=home, flags=flags or {})
+
+
+def config_error(
+    home: Path,
+    project: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, object] | None = None,
+) -> str:
+    with pytest.raises(ConfigError) as info:
+        load(home, project, env, flags)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+# ---------------------------------------------------------------- defaults and layers
+
+
+def test_defaults_when_nothing_is_configured(home: Path, project: Path) -> None:
+    config = load(home, project)
+    assert (config.harness, config.iterations, config.sandbox) == ("claude", 10, "bwrap")
+    assert (config.model, config.effort, config.agent_cmd) == (None, None, None)
+    assert config.iteration_timeout == 1800.0
+    assert (config.no_progress_limit, config.commit_retries) == (3, 3)
+    assert config.exclude == DEFAULT_EXCLUDE
+    assert config.exclude == (".env", ".env.*", ".envrc", "*.pem", "*.key", "id_*")
+    assert (config.bwrap, config.pager) == (None, None)
+    assert [s.source for s in config.provenance()] == ["default"] * len(KEYS)
+    assert [s.key for s in config.provenance()] == list(KEYS)
+
+
+def test_each_layer_overrides_the_previous(home: Path, project: Path) -> None:
+    user = user_file(home, "iterations = 2\n")
+    config = load(home, project)
+    assert config.iterations == 2
+    assert config.sources["iterations"] == Setting("iterations", 2, f"user file ({user})")
+
+    proj = project_file(project, "iterations = 3\n")
+    config = load(home, project)
+    assert config.iterations == 3
+    assert config.sources["iterations"].source == f"project file ({proj})"
+
+    env = {"SO_ITERATIONS": "4"}
+    config = load(home, project, env)
+    assert config.iterations == 4
+    assert config.sources["iterations"].source == "env SO_ITERATIONS"
+
+    config = load(home, project, env, {"iterations": 5})
+    assert config.iterations == 5
+    assert config.sources["iterations"].source == "flag --iterations"
+
+
+def test_layers_merge_key_by_key(home: Path, project: Path) -> None:
+    user = user_file(home, 'model = "opus"\neffort = "low"\n')
+    proj = project_file(project, 'effort = "high"\n')
+    config = load(home, project, {"SO_HARNESS": "codex"})
+    assert (config.model, config.effort, config.harness) == ("opus", "high", "codex")
+    assert config.sources["model"].source == f"user file ({user})"
+    assert config.sources["effort"].source == f"project file ({proj})"
+    assert config.sources["harness"].source == "env SO_HARNESS"
+    assert config.sources["sandbox"].source == "default"
+
+
+def test_project_none_skips_the_project_file(home: Path, project: Path) -> None:
+    project_file(project, "iterations = 3\n")
+    assert load(home, None).iterations == 10
+
+
+def test_flags_set_to_none_are_not_passed(home: Path) -> None:
+    user_file(home, "iterations = 2\n")
+    config = load(home, flags={"iterations": None, "model": None})
+    assert config.iterations == 2
+    assert config.sources["model"].source == "default"
+
+
+def test_flags_accept_raw_strings_and_name_the_flag(home: Path) -> None:
+    config = load(home, flags={"iteration_timeout": "1h", "no_progress_limit": "5"})
+    assert config.iteration_timeout == 3600.0
+    assert config.no_progress_limit == 5
+    assert config.sources["iteration_timeout"].source == "flag --iteration-timeout"
+    assert flag_name("agent_cmd") == "--agent-cmd"
+
+
+def test_empty_string_unsets_an_optional_value(home: Path, project: Path) -> None:
+    user_file(home, 'model = "opus"\n')
+    proj = project_file(project, 'model = ""\n')
+    config = load(home, project)
+    assert config.model is None
+    assert config.sources["model"].source == f"project file ({proj})"
+
+
+def test_all_keys_from_a_file(home: Path) -> None:
+    user_file(
+        home,
+        """
+harness = "custom"
+iterations = 4
+sandbox = "docker"
+model = "m"
+effort = "e"
+agent_cmd = "my-agent --go"
+iteration_timeout = "1h30m"
+no_progress_limit = 2
+commit_retries = 0
+exclude = ["*.secret"]
+bwrap = "/usr/bin/bwrap"
+pager = "less -R"
+""",
+    )
+    config = load(home)
+    assert config.harness == "custom"
+    assert config.agent_cmd == "my-agent --go"
+    assert config.iteration_timeout == 5400.0
+    assert config.commit_retries == 0
+    assert config.exclude == ("*.secret",)
+    assert (config.bwrap, config.pager) == ("/usr/bin/bwrap", "less -R")
+    assert all(s.source.startswith("user file (") for s in config.provenance())
+
+
+def test_config_is_frozen(home: Path) -> None:
+    config = load(home)
+    with pytest.raises(FrozenInstanceError):
+        config.iterations = 3  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        config.sources["iterations"] = Setting("iterations", 1, "x")  # type: ignore[index]
+
+
+# ---------------------------------------------------------------- env specifics
+
+
+def test_seed_sandbox_env_var(home: Path) -> None:
+    config = load(home, env={"SANDBOX": "docker"})
+    assert config.sandbox == "docker"
+    assert config.sources["sandbox"].source == "env SANDBOX"
+
+
+def test_so_sandbox_wins_over_sandbox(home: Path) -> None:
+    config = load(home, env={"SANDBOX": "docker", "SO_SANDBOX": "microvm"})
+    assert config.sandbox == "microvm"
+    assert config.sources["sandbox"].source == "env SO_SANDBOX"
+
+
+def test_losing_sandbox_var_is_not_validated(home: Path) -> None:
+    assert load(home, env={"SANDBOX": "", "SO_SANDBOX": "docker"}).sandbox == "docker"
+
+
+def test_exclude_from_env_is_comma_separated(home: Path) -> None:
+    config = load(home, env={"SO_EXCLUDE": " .env , *.pem,,secrets/** "})
+    assert config.exclude == (".env", "*.pem", "secrets/**")
+    assert config.sources["exclude"].source == "env SO_EXCLUDE"
+
+
+def test_empty_exclude_env_turns_exclusion_off(home: Path) -> None:
+    assert load(home, env={"SO_EXCLUDE": ""}).exclude == ()
+
+
+def test_exclude_flag_accepts_a_list(home: Path) -> None:
+    assert load(home, flags={"exclude": ["a", "b"]}).exclude == ("a", "b")
+
+
+def test_exclude_in_file_may_be_a_comma_separated_string(home: Path) -> None:
+    user_file(home, 'exclude = ".env, *.pem"\n')
+    assert load(home).exclude == (".env", "*.pem")
+
+
+def test_other_env_vars(home: Path) -> None:
+    env = {
+        "SO_MODEL": "sonnet",
+        "SO_EFFORT": "high",
+        "SO_AGENT_CMD": "agent -p",
+        "SO_ITERATION_TIMEOUT": "90s",
+        "SO_NO_PROGRESS_LIMIT": "1",
+        "SO_COMMIT_RETRIES": "0",
+        "SO_BWRAP": "/opt/bwrap",
+        "PAGER": "more",  # $PAGER is the pager's fallback elsewhere, not a config layer
+    }
+    config = load(home, env=env)
+    assert (config.model, config.effort, config.agent_cmd) == ("sonnet", "high", "agent -p")
+    assert config.iteration_timeout == 90.0
+    assert (config.no_progress_limit, config.commit_retries) == (1, 0)
+    assert config.bwrap == "/opt/bwrap"
+    assert config.pager is None
+
+
+# ---------------------------------------------------------------- paths
+
+
+def test_user_config_path_defaults_to_dot_config(home: Path) -> None:
+    assert user_config_path({}, home) == home / ".config" / "so" / "config.toml"
+
+
+def test_xdg_config_home_is_honoured(home: Path, tmp_path: Path) -> None:
+    xdg = tmp_path / "xdg"
+    path = write(xdg / "so" / "config.toml", "iterations = 7\n")
+    env = {"XDG_CONFIG_HOME": str(xdg)}
+    assert user_config_path(env, home) == path
+    config = load(home, env=env)
+    assert config.iterations == 7
+    assert config.sources["iterations"].source == f"user file ({path})"
+
+
+def test_relative_or_empty_xdg_config_home_is_ignored(home: Path) -> None:
+    expected = home / ".config" / "so" / "config.toml"
+    assert user_config_path({"XDG_CONFIG_HOME": "rel/dir"}, home) == expected
+    assert user_config_path({"XDG_CONFIG_HOME": ""}, home) == expected
+
+
+def test_project_config_path(project: Path) -> None:
+    assert project_config_path(project) == project / ".so" / "config.toml"
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_invalid_toml_names_file_and_line(home: Path) -> None:
+    path = user_file(home, 'iterations = 2\nmodel = "x\n')
+    message = config_error(home)
+    assert message.startswith(f"{path}: invalid TOML at line 2: ")
+    assert message.endswith("Fix the syntax or move the file away.")
+    assert "(at line" not in message
+
+
+def test_invalid_toml_at_end_of_document_uses_last_line(home: Path) -> None:
+    path = user_file(home, "iterations = 2\nmodel =")
+    assert config_error(home).startswith(f"{path}: invalid TOML at line 2: Invalid value.")
+
+
+def test_unknown_key_suggests_the_closest(home: Path, project: Path) -> None:
+    path = project_file(project, "iteration = 3\n")
+    message = config_error(home, project)
+    assert message.startswith(str(path))
+    assert "unknown key 'iteration'" in message
+    assert "did you mean 'iterations'?" in message
+
+
+def test_unknown_key_without_a_close_match_lists_known_keys(home: Path) -> None:
+    path = user_file(home, "colour = 1\n")
+    message = config_error(home)
+    assert message.startswith(f"{path}: unknown key 'colour'")
+    assert "known keys: harness, iterations, sandbox" in message
+
+
+def test_unknown_table_is_an_unknown_key(home: Path) -> None:
+    path = user_file(home, "[network]\nallow = []\n")
+    message = config_error(home)
+    assert message.startswith(f"{path}: unknown table [network]")
+
+
+def test_known_key_as_a_table_is_a_type_error(home: Path) -> None:
+    path = user_file(home, "[model]\nname = 'x'\n")
+    message = config_error(home)
+    assert message.startswith(f"{path}: 'model' must be a string, got ")
+    assert "(dict)" in message
+
+
+def test_wrong_type_in_file(home: Path) -> None:
+    path = user_file(home, 'iterations = "five"\n')
+    message = config_error(home)
+    assert message.startswith(f"""{path}: 'iterations' must be an integer >= 1, got "five" (str)""")
+    assert message.endswith("e.g. iterations = 10")
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("iterations = 0", "iterations"),
+        ("iterations = true", "iterations"),
+        ("iterations = 2.5", "iterations"),
+        ("no_progress_limit = 0", "no_progress_limit"),
+        ("commit_retries = -1", "commit_retries"),
+        ("sandbox = ''", "sandbox"),
+        ("sandbox = 3", "sandbox"),
+        ("exclude = [1]", "exclude"),
+        ("exclude = ['']", "exclude"),
+        ("pager = ['less']", "pager"),
+        ("harness = 'cursor'", "harness"),
+    ],
+)
+def test_bad_values_in_file_name_file_and_key(home: Path, text: str, key: str) -> None:
+    path = user_file(home, text + "\n")
+    message = config_error(home)
+    assert message.startswith(f"{path}: '{key}' must be ")
+    assert f"e.g. {key} = " in message
+
+
+@pytest.mark.parametrize("value", ["'soon'", "0", "-5", "'1h30'", "true", "nan"])
+def test_bad_duration_in_file(home: Path, project: Path, value: str) -> None:
+    path = project_file(project, f"iteration_timeout = {value}\n")
+    message = config_error(home, project)
+    assert message.startswith(f"{path}: 'iteration_timeout' must be a duration > 0")
+    assert 'e.g. iteration_timeout = "30m"' in message
+
+
+def test_bad_env_var_names_var_and_key(home: Path) -> None:
+    message = config_error(home, env={"SO_ITERATIONS": "abc"})
+    assert message.startswith("SO_ITERATIONS=abc: 'iterations' must be an integer >= 1")
+    assert "unset SO_ITERATIONS" in message
+    assert "got" not in message  # the value is already shown next to the variable
+
+
+def test_bad_env_duration(home: Path) -> None:
+    message = config_error(home, env={"SO_ITERATION_TIMEOUT": "a while"})
+    assert message.startswith("SO_ITERATION_TIMEOUT=a while: 'iteration_timeout' must be")
+
+
+def test_env_value_with_newline_stays_on_one_line(home: Path) -> None:
+    message = config_error(home, env={"SO_ITERATIONS": "1\n2"})
+    assert message.startswith('SO_ITERATIONS="1\\n2": ')
+
+
+def test_bad_flag_names_flag_and_key(home: Path) -> None:
+    message = config_error(home, flags={"iterations": "five"})
+    assert message.startswith(
+        """--iterations: 'iterations' must be an integer >= 1, got "five" (str)"""
+    )
+    assert message.endswith("e.g. --iterations 10")
+
+
+def test_bad_typed_flag(home: Path) -> None:
+    message = config_error(home, flags={"commit_retries": -1})
+    assert message.startswith("--commit-retries: 'commit_retries' must be an integer >= 0")
+    assert "got -1 (int)" in message
+
+
+def test_harness_not_in_choices_env_and_flag(home: Path) -> None:
+    expected = "'harness' must be one of claude, custom, codex, opencode, pi"
+    message = config_error(home, env={"SO_HARNESS": "cursor"})
+    assert message.startswith("SO_HARNESS=cursor: " + expected)
+    message = config_error(home, flags={"harness": "cursor"})
+    assert message.startswith("--harness: " + expected)
+
+
+def test_harness_choices_are_passed_in(home: Path) -> None:
+    config = load_config(
+        project=None,
+        env={"SO_HARNESS": "aider"},
+        home=home,
+        flags={},
+        harness_choices=("claude", "aider"),
+    )
+    assert config.harness == "aider"
+    with pytest.raises(ConfigError, match="'harness' must be one of claude, aider"):
+        load_config(
+            project=None,
+            env={"SO_HARNESS": "pi"},
+            home=home,
+            flags={},
+            harness_choices=("claude", "aider"),
+        )
+
+
+def test_unknown_flag_key_is_a_programming_error(home: Path) -> None:
+    with pytest.raises(ValueError, match="unknown config flag key 'colour'"):
+        load(home, flags={"colour": "red"})
+
+
+def test_unreadable_file_is_named(home: Path) -> None:
+    path = home / ".config" / "so" / "config.toml"
+    path.mkdir(parents=True)  # a directory: reading fails even as root
+    message = config_error(home)
+    assert message.startswith(f"{path}: cannot read config file (")
+    assert "move it away" in message
+
+
+def test_non_utf8_file_is_named(home: Path) -> None:
+    path = home / ".config" / "so" / "config.toml"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"model = '\xff'\n")
+    assert config_error(home).startswith(f"{path}: config file is not UTF-8 text")
+
+
+def test_errors_in_a_lower_layer_are_reported_even_when_overridden(home: Path) -> None:
+    # A broken file is broken no matter what overrides it; silently ignoring it is seed A's bug.
+    user_file(home, "iterations = 0\n")
+    with pytest.raises(ConfigError, match="'iterations'"):
+        load(home, flags={"iterations": 3})
+
+
+# ---------------------------------------------------------------- durations
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30m", 1800.0),
+        ("90s", 90.0),
+        ("45s", 45.0),
+        ("2h", 7200.0),
+        ("1h30m", 5400.0),
+        ("1h 30m 15s", 5415.0),
+        ("7d", 604800.0),
+        ("1d12h", 129600.0),
+        ("1.5h", 5400.0),
+        (" 2H ", 7200.0),
+        ("1800", 1800.0),
+        ("2.5", 2.5),
+        ("0", 0.0),
+        (1800, 1800.0),
+        (0.5, 0.5),
+    ],
+)
+def test_parse_duration(text: str | int | float, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        " ",
+        "soon",
+        "m",
+        "1h30",
+        "30m1h",
+        "-5",
+        "-5m",
+        "1w",
+        "1.h",
+        "inf",
+        True,
+        -1,
+        float("nan"),
+        float("inf"),
+    ],
+)
+def test_parse_duration_rejects_junk(text: str | int | float) -> None:
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration(text)
+
+
+def test_iteration_timeout_int_in_file_is_stored_as_float(home: Path) -> None:
+    user_file(home, "iteration_timeout = 600\n")
+    value = load(home).iteration_timeout
+    assert value == 600.0
+    assert isinstance(value, float)
+
+
+# ---------------------------------------------------------------- JSON
+
+
+def test_to_json_shape(home: Path) -> None:
+    path = user_file(home, 'model = "opus"\n')
+    data = load(home, env={"SO_ITERATIONS": "4"}).to_json()
+    assert list(data) == list(KEYS)
+    assert data["iterations"] == {"value": 4, "source": "env SO_ITERATIONS"}
+    assert data["model"] == {"value": "opus", "source": f"user file ({path})"}
+    assert data["effort"] == {"value": None, "source": "default"}
+    assert data["exclude"] == {"value": list(DEFAULT_EXCLUDE), "source": "default"}
+    assert data["iteration_timeout"]["value"] == 1800.0
+    assert json.loads(json.dumps(data)) == data

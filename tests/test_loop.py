@@ -1,0 +1,145 @@
+"""Loop rules with real git and a fake backend at the seam (commands run on the host)."""
+
+from __future__ import annotations
+
+import io
+import stat
+from pathlib import Path
+
+import pytest
+from conftest import git, make_repo
+from fakes import HostBackend
+
+from sono.harnesses.base import AgentOptions
+from sono.harnesses.custom import CustomHarness
+from sono.loop import Loop, LoopOptions, LoopResult
+from sono.sandbox import Sandbox, create_sandbox
+from sono.state import Store
+from sono.ui.reporter import PlainReporter
+from sono.workspace import inspect_host
+
+PLAN2 = "- [ ] one\n- [ ] two\n"
+
+
+def agent_script(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "agent.sh"
+    path.write_text("#!/bin/bash\nset -e\nprompt=$(cat)\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def sandbox_for(tmp_path: Path, files: dict[str, str]) -> Sandbox:
+    repo = make_repo(tmp_path / "proj", files)
+    store = Store(tmp_path / "so")
+    return create_sandbox(store=store, host=inspect_host(repo), harness="custom",
+                          backend_name="fake", backend=HostBackend(), exclude=(),
+                          allow_dirty=False, model=None, effort=None)
+
+
+def run_loop(tmp_path: Path, body: str, *, files: dict[str, str] | None = None,
+             iterations: int = 5, **opts: object) -> tuple[Sandbox, LoopResult]:
+    files = files or {"specs/prompt.md": "Do it.\n", "specs/implementation-plan.md": PLAN2}
+    sb = sandbox_for(tmp_path, files)
+    agent = AgentOptions(agent_cmd=agent_script(tmp_path, body))
+    options = LoopOptions(iterations=iterations, timeout_s=opts.pop("timeout_s", 60),  # type: ignore[arg-type]
+                          **opts)  # type: ignore[arg-type]
+    loop = Loop(sb, CustomHarness(), agent, options, PlainReporter(io.StringIO()), {},
+                host_home=tmp_path / "host-home")
+    return sb, loop.run()
+
+
+COMMIT_ONE = 'echo "$SO_ITERATION" > "f$SO_ITERATION"; git add -A; git commit -qm "item $SO_ITERATION"\n'
+
+
+def test_iterations_capped_by_unchecked_plan_items(tmp_path: Path) -> None:
+    sb, result = run_loop(tmp_path, COMMIT_ONE, iterations=5)
+    assert result.planned == 2
+    assert [r.n for r in result.iterations] == [1, 2]
+    assert result.outcome == "exhausted" and result.exit_code == 5
+    for n in (1, 2):
+        assert git(sb.work, "rev-parse", f"refs/so/{sb.record.id}/iter/{n}")
+    assert sb.record.commits == 2 and sb.record.iterations == 2
+
+
+def test_iterations_flag_wins_when_smaller(tmp_path: Path) -> None:
+    _, result = run_loop(tmp_path, COMMIT_ONE, iterations=1)
+    assert result.planned == 1 and len(result.iterations) == 1
+
+
+def test_stops_when_status_done(tmp_path: Path) -> None:
+    body = COMMIT_ONE + 'echo "Status: done" > specs/status.md; git add -A; git commit -qm done\n'
+    sb, result = run_loop(tmp_path, body)
+    assert result.outcome == "done" and result.exit_code == 0
+    assert len(result.iterations) == 1
+    assert sb.record.status == "done"
+
+
+def test_stops_when_status_blocked(tmp_path: Path) -> None:
+    body = 'printf "Status: blocked\\nneed creds\\n" > specs/status.md; git add -A; git commit -qm b\n'
+    sb, result = run_loop(tmp_path, body)
+    assert result.outcome == "blocked" and result.exit_code == 4
+    assert sb.record.status == "blocked"
+
+
+def test_no_progress_stops_after_k_idle_iterations(tmp_path: Path) -> None:
+    files = {"specs/prompt.md": "x\n"}
+    _, result = run_loop(tmp_path, "echo idle\n", files=files, iterations=10, no_progress_limit=2)
+    assert result.outcome == "no_progress" and result.exit_code == 6
+    assert len(result.iterations) == 2
+
+
+def test_dirty_tree_reprompts_agent_until_it_commits(tmp_path: Path) -> None:
+    body = ('if grep -q "uncommitted changes" <<<"$prompt"; then git add -A; git commit -qm fix;'
+            ' else date > work.txt; fi\n')
+    sb, result = run_loop(tmp_path, body, iterations=1)
+    rec = result.iterations[0]
+    assert rec.commit_retries == 1 and not rec.auto_committed
+    assert git(sb.work, "log", "-1", "--format=%s") == "fix"
+    assert (sb.store.iteration_dir(sb.record.id, 1) / "prompt.commit-1.md").is_file()
+
+
+def test_agent_that_never_commits_is_committed_by_so(tmp_path: Path) -> None:
+    sb, result = run_loop(tmp_path, "date >> work.txt\n", iterations=1)
+    rec = result.iterations[0]
+    assert rec.commit_retries == 3 and rec.auto_committed
+    assert git(sb.work, "log", "-1", "--format=%s") == "so: uncommitted changes after iteration 1"
+    assert git(sb.work, "status", "--porcelain") == ""
+
+
+def test_prompt_has_spec_recent_commits_and_iteration(tmp_path: Path) -> None:
+    body = 'printf "%s" "$prompt" > "$HOME/../seen-$SO_ITERATION"\n' + COMMIT_ONE
+    sb, _ = run_loop(tmp_path, body, iterations=2)
+    first = (sb.home_seed.parent / "seen-1").read_text()
+    second = (sb.home_seed.parent / "seen-2").read_text()
+    assert first.startswith("Do it.") and first.rstrip().endswith("Iteration 1/2.")
+    assert "Recent commits" not in first
+    assert "item 1" in second and second.rstrip().endswith("Iteration 2/2.")
+    stored = (sb.store.iteration_dir(sb.record.id, 2) / "prompt.md").read_text()
+    assert stored.rstrip("\n") == second  # $(cat) drops the final newline
+
+
+def test_timeout_kills_the_agent_tree(tmp_path: Path) -> None:
+    marker = tmp_path / "survivor"
+    body = f'(sleep 3; touch {marker}) & sleep 30\n'
+    _, result = run_loop(tmp_path, body, iterations=1, timeout_s=1, commit_retries=0)
+    rec = result.iterations[0]
+    assert rec.timed_out and rec.exit_code is None
+    import time
+
+    time.sleep(3.5)
+    assert not marker.exists(), "a child of the agent survived the timeout"
+
+
+def test_records_and_events_are_stored(tmp_path: Path) -> None:
+    sb, _ = run_loop(tmp_path, 'echo "working on it"\n' + COMMIT_ONE, iterations=1)
+    it = sb.store.iteration_dir(sb.record.id, 1)
+    assert "working on it" in (it / "output.log").read_text()
+    assert '"kind": "text"' in (it / "events.jsonl").read_text()
+    rec = sb.store.iterations(sb.record.id)[0]
+    assert rec["exit_code"] == 0 and len(rec["commits"]) == 1
+
+
+@pytest.mark.parametrize("status", ["running"])
+def test_registry_status_is_not_left_running(tmp_path: Path, status: str) -> None:
+    sb, _ = run_loop(tmp_path, COMMIT_ONE, iterations=1)
+    assert Store(tmp_path / "so").load(sb.record.id).status != status

@@ -1,0 +1,107 @@
+"""diff / reset / merge with real git (fake backend at the seam; bwrap in integration)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import git, make_repo, tree_snapshot
+from fakes import HostBackend
+
+from sono.errors import SoError
+from sono.review import diff_text, merge, reset, resolve_rev
+from sono.sandbox import Sandbox, create_sandbox
+from sono.state import Store
+from sono.workspace import inspect_host
+
+
+def sandbox_with_commits(tmp_path: Path, *changes: dict[str, str]) -> tuple[Path, Sandbox]:
+    repo = make_repo(tmp_path / "p", {"a.txt": "line\n", "b.txt": "b\n"})
+    sb = create_sandbox(store=Store(tmp_path / "so"), host=inspect_host(repo), harness="custom",
+                        backend_name="fake", backend=HostBackend(), exclude=(),
+                        allow_dirty=False, model=None, effort=None)
+    for n, files in enumerate(changes, start=1):
+        for name, text in files.items():
+            (sb.work / name).write_text(text)
+        sb.git.commit_all(f"change {n}")
+        sb.git("update-ref", sb.record.iter_ref(n), "HEAD")
+    return repo, sb
+
+
+def test_diff_whole_run_and_one_iteration(tmp_path: Path) -> None:
+    _, sb = sandbox_with_commits(tmp_path, {"a.txt": "one\n"}, {"c.txt": "new\n"})
+    whole = diff_text(sb, iteration=None, stat=False, color=False)
+    assert "+one" in whole and "+new" in whole
+    second = diff_text(sb, iteration=2, stat=False, color=False)
+    assert "+new" in second and "+one" not in second
+    assert "a.txt" in diff_text(sb, iteration=1, stat=True, color=False)
+
+
+def test_resolve_rev_forms_and_errors(tmp_path: Path) -> None:
+    _, sb = sandbox_with_commits(tmp_path, {"a.txt": "one\n"})
+    assert resolve_rev(sb, "iter-1") == sb.git.head()
+    assert resolve_rev(sb, "base") == sb.record.base_commit
+    assert resolve_rev(sb, "iter-0") == sb.record.base_commit
+    with pytest.raises(SoError, match="not a commit or iteration"):
+        resolve_rev(sb, "iter-9")
+
+
+def test_reset_to_iteration(tmp_path: Path) -> None:
+    _, sb = sandbox_with_commits(tmp_path, {"a.txt": "one\n"}, {"a.txt": "two\n"})
+    (sb.work / "junk.txt").write_text("untracked")
+    reset(sb, "iter-1")
+    assert (sb.work / "a.txt").read_text() == "one\n"
+    assert not (sb.work / "junk.txt").exists()
+    assert sb.record.commits == 1
+
+
+def test_merge_leaves_squash_staged_and_removes_sandbox(tmp_path: Path) -> None:
+    repo, sb = sandbox_with_commits(tmp_path, {"a.txt": "one\n"}, {"c.txt": "new\n"})
+    head = git(repo, "rev-parse", "HEAD")
+    result = merge(sb, commit=False, keep=False)
+    assert result.commits == 2 and sorted(result.files) == ["a.txt", "c.txt"]
+    assert git(repo, "rev-parse", "HEAD") == head  # staged, not committed
+    assert git(repo, "diff", "--cached", "--name-only").split() == ["a.txt", "c.txt"]
+    assert (repo / "c.txt").read_text() == "new\n"
+    assert not sb.dir.exists()
+
+
+def test_merge_commit_flag_commits(tmp_path: Path) -> None:
+    repo, sb = sandbox_with_commits(tmp_path, {"a.txt": "one\n"})
+    git(repo, "config", "user.name", "Host User")
+    git(repo, "config", "user.email", "host@example.invalid")
+    merge(sb, commit=True, keep=True)
+    assert git(repo, "log", "-1", "--format=%s").startswith(f"so: squash of sandbox {sb.record.id}")
+    assert git(repo, "status", "--porcelain") == ""
+    assert sb.dir.exists()
+
+
+def test_merge_refuses_dirty_host(tmp_path: Path) -> None:
+    repo, sb = sandbox_with_commits(tmp_path, {"a.txt": "one\n"})
+    (repo / "b.txt").write_text("host edit\n")
+    with pytest.raises(SoError, match="uncommitted changes"):
+        merge(sb, commit=False, keep=False)
+    assert sb.dir.exists()
+
+
+def test_merge_conflict_restores_host_exactly_and_keeps_sandbox(tmp_path: Path) -> None:
+    repo, sb = sandbox_with_commits(tmp_path, {"a.txt": "sandbox\n", "d.txt": "added\n"})
+    (repo / "a.txt").write_text("host\n")
+    git(repo, "commit", "-qam", "host change")
+    before = tree_snapshot(repo)
+    before.pop(".git/index", None)
+    with pytest.raises(SoError, match=r"conflicts in a\.txt.*restored.*kept"):
+        merge(sb, commit=False, keep=False)
+    after = tree_snapshot(repo)
+    after.pop(".git/index", None)
+    # New objects from the sandbox may now exist in the store; everything else is identical.
+    strip = lambda snap: {k: v for k, v in snap.items() if not k.startswith(".git/objects/")}  # noqa: E731
+    assert strip(after) == strip(before)
+    assert git(repo, "status", "--porcelain") == ""
+    assert sb.dir.exists()
+
+
+def test_merge_with_nothing_to_merge(tmp_path: Path) -> None:
+    _, sb = sandbox_with_commits(tmp_path)
+    with pytest.raises(SoError, match="nothing to merge"):
+        merge(sb, commit=False, keep=False)
