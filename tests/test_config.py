@@ -25,7 +25,7 @@ from sono.errors import ConfigError
 
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
-    path = tmp_path / "home"
+    path = tmp_path / "cfg-home"
     path.mkdir()
     return path
 

@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import git, make_repo
+from helpers import git, make_repo
 from fakes import HostBackend
 
 from sono.harnesses.base import AgentOptions

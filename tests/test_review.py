@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import git, make_repo, tree_snapshot
+from helpers import git, make_repo, tree_snapshot
 from fakes import HostBackend
 
 from sono.errors import SoError
@@ -90,7 +90,7 @@ def test_merge_conflict_restores_host_exactly_and_keeps_sandbox(tmp_path: Path) 
     git(repo, "commit", "-qam", "host change")
     before = tree_snapshot(repo)
     before.pop(".git/index", None)
-    with pytest.raises(SoError, match=r"conflicts in a\.txt.*restored.*kept"):
+    with pytest.raises(SoError, match=r"conflicts in a\.txt.*exactly as it was.*kept"):
         merge(sb, commit=False, keep=False)
     after = tree_snapshot(repo)
     after.pop(".git/index", None)
@@ -105,3 +105,20 @@ def test_merge_with_nothing_to_merge(tmp_path: Path) -> None:
     _, sb = sandbox_with_commits(tmp_path)
     with pytest.raises(SoError, match="nothing to merge"):
         merge(sb, commit=False, keep=False)
+
+
+def test_conflict_without_in_memory_probe_still_restores_host(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Old git (no merge-tree --write-tree): the squash touches the files, then is undone."""
+    from sono import review
+
+    monkeypatch.setattr(review, "_predict_conflicts", lambda root, tip: [])
+    repo, sb = sandbox_with_commits(tmp_path, {"a.txt": "sandbox\n", "d.txt": "added\n"})
+    (repo / "a.txt").write_text("host\n")
+    git(repo, "commit", "-qam", "host change")
+    before = {k: v for k, v in tree_snapshot(repo).items() if not k.startswith(".git/objects/")}
+    with pytest.raises(SoError, match=r"conflicts in a\.txt"):
+        merge(sb, commit=False, keep=False)
+    after = {k: v for k, v in tree_snapshot(repo).items() if not k.startswith(".git/objects/")}
+    assert after == before
+    assert not (repo / "d.txt").exists()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import git, make_repo, tree_snapshot
+from helpers import git, make_repo, tree_snapshot
 from fakes import HostBackend
 
 from sono.errors import SoError

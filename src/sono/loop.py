@@ -119,7 +119,8 @@ class Loop:
         return LoopResult(outcome, tuple(records), planned, message)
 
     def _finish(self, outcome: str, message: str) -> None:
-        last_error = message if outcome in ("error", "no_progress") else None
+        keep = self.sb.record.last_error  # e.g. a timeout in the last iteration
+        last_error = message if outcome in ("error", "no_progress") else keep
         self.sb.save(status=OUTCOME_STATUS[outcome], stop_reason=message, runner_pid=None,
                      last_error=last_error, commits=self._count_commits())
 
@@ -133,7 +134,11 @@ class Loop:
         head_before = git.head()
         started, t0 = now_iso(), time.monotonic()
         prompt = self.prompt(i, planned)
-        exit_code, timed_out, events = self.run_agent(n, prompt, "agent")
+        try:
+            exit_code, timed_out, events = self.run_agent(n, prompt, "agent")
+        except KeyboardInterrupt:
+            self._record_interrupted(n, started, t0, head_before)
+            raise
         retries = 0
         auto = False
         if not self.opts.step:
@@ -160,6 +165,20 @@ class Loop:
                      last_error=self._agent_error(rec))
         self.reporter.iteration_ended(rec, planned)
         return rec
+
+    def _record_interrupted(self, n: int, started: str, t0: float, head_before: str) -> None:
+        """Ctrl-C mid-iteration: the agent tree is already dead; keep what it did."""
+        git = self.sb.git
+        head = git.head()
+        rec = IterationRecord(
+            n=n, started=started, duration_s=round(time.monotonic() - t0, 3), exit_code=None,
+            timed_out=False, head_before=head_before, head_after=head,
+            commits=tuple(git.commits(head_before, head)), commit_retries=0,
+            auto_committed=False, status_after=specs.PENDING, events=0, interrupted=True,
+        )
+        self.sb.store.write_iteration(self.sb.record.id, rec)
+        git("update-ref", self.sb.record.iter_ref(n), head)
+        self.sb.save(iterations=n, last_error=f"iteration {n} interrupted (Ctrl-C)")
 
     def _agent_error(self, rec: IterationRecord) -> str | None:
         if rec.timed_out:

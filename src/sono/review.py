@@ -110,6 +110,9 @@ def merge(sandbox: Sandbox, *, commit: bool, keep: bool) -> MergeResult:
     if not sandbox.git.commits(rec.host_head):
         raise SoError(f"nothing to merge: sandbox {rec.id} has no commits since it started")
     tip = _import_commits(sandbox)
+    conflicts = _predict_conflicts(host.root, tip)
+    if conflicts:
+        raise SoError(_conflict_message(rec.id, f"conflicts in {', '.join(conflicts[:5])}"))
     saved = _merge_state(host.root)
     # A squash creates no commit, but git insists on an identity up front.
     ident = [] if host_git(host.root, "config", "user.email", check=False).stdout.strip() else \
@@ -120,11 +123,7 @@ def merge(sandbox: Sandbox, *, commit: bool, keep: bool) -> MergeResult:
         _restore(host.root, saved)
         what = f"conflicts in {', '.join(conflicts[:5])}" if conflicts else \
             (result.stderr.strip().splitlines() or ["git merge failed"])[-1]
-        raise SoError(
-            f"merge of {rec.id} failed ({what}); your repository is restored exactly as it was "
-            f"and the sandbox is kept: rebase your branch or resolve inside with "
-            f"`so shell {rec.id}`, then merge again"
-        )
+        raise SoError(_conflict_message(rec.id, what))
     files = host_git(host.root, "diff", "--cached", "--name-only").stdout.split()
     if commit:
         message = f"so: squash of sandbox {rec.id} ({len(commits)} commit(s))\n\n" + \
@@ -133,6 +132,22 @@ def merge(sandbox: Sandbox, *, commit: bool, keep: bool) -> MergeResult:
     if not keep:
         remove_sandbox(sandbox)
     return MergeResult(len(commits), files, commit, host.branch)
+
+
+def _conflict_message(sandbox_id: str, what: str) -> str:
+    return (f"merge of {sandbox_id} failed ({what}); your repository is exactly as it was "
+            f"and the sandbox is kept: resolve inside with `so shell {sandbox_id}` (or reset "
+            f"it), or commit the host side differently, then merge again")
+
+
+def _predict_conflicts(root: Path, tip: str) -> list[str]:
+    """Merge in memory (git >= 2.38) so a conflict never touches the host's files.
+    Older git: [] and the caller's restore path handles conflicts."""
+    probe = host_git(root, "merge-tree", "--write-tree", "--name-only", "--no-messages",
+                     "HEAD", tip, check=False)
+    if probe.returncode != 1:
+        return []
+    return [line for line in probe.stdout.splitlines()[1:] if line.strip()] or ["unknown"]
 
 
 def _import_commits(sandbox: Sandbox) -> str:
@@ -155,7 +170,7 @@ def _import_commits(sandbox: Sandbox) -> str:
     return tip
 
 
-MERGE_STATE = ("ORIG_HEAD", "SQUASH_MSG", "MERGE_MSG", "MERGE_HEAD", "AUTO_MERGE", "MERGE_MODE")
+MERGE_STATE = ("index", "ORIG_HEAD", "SQUASH_MSG", "MERGE_MSG", "MERGE_HEAD", "AUTO_MERGE", "MERGE_MODE")
 
 
 def _merge_state(root: Path) -> dict[Path, bytes | None]:

@@ -150,7 +150,7 @@ class IterationRecord:
     auto_committed: bool
     status_after: str  # what specs/status.md said afterwards (pending/done/blocked)
     events: int
-    kind: str = "agent"
+    interrupted: bool = False
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

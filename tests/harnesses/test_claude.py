@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sono.harnesses import get_harness
+from sono.harnesses.base import AgentOptions
+from sono.harnesses.claude import ClaudeHarness
+
+
+def test_unattended_argv_matches_the_seed() -> None:
+    argv = ClaudeHarness().unattended_argv(AgentOptions(executable="/x/claude"))
+    assert argv == ["/x/claude", "-p", "--verbose", "--output-format", "stream-json",
+                    "--dangerously-skip-permissions"]
+
+
+def test_model_and_effort_flags() -> None:
+    argv = ClaudeHarness().unattended_argv(AgentOptions(model="opus", effort="high"))
+    assert argv[-4:] == ["--model", "opus", "--effort", "high"]
+    assert "-p" in argv
+
+
+def test_interactive_argv_passes_prompt_and_never_bypasses() -> None:
+    argv = ClaudeHarness().interactive_argv(AgentOptions(model="sonnet"), "Plan with me")
+    assert argv == ["claude", "--model", "sonnet", "Plan with me"]
+    assert "--dangerously-skip-permissions" not in argv
+
+
+def test_env_forwards_only_claude_credentials() -> None:
+    env = ClaudeHarness().env({"ANTHROPIC_API_KEY": "k", "CLAUDE_CODE_OAUTH_TOKEN": "t",
+                               "AWS_SECRET_ACCESS_KEY": "no", "GITHUB_TOKEN": "no"},
+                              AgentOptions())
+    assert env["ANTHROPIC_API_KEY"] == "k" and env["CLAUDE_CODE_OAUTH_TOKEN"] == "t"
+    assert "AWS_SECRET_ACCESS_KEY" not in env and "GITHUB_TOKEN" not in env
+
+
+def test_provision_copies_credentials_not_history(tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    (host / ".claude" / "projects" / "p").mkdir(parents=True)
+    (host / ".claude" / ".credentials.json").write_text('{"token": "t"}')
+    (host / ".claude" / "settings.json").write_text("{}")
+    (host / ".claude" / "history.jsonl").write_text("secret prompt history")
+    (host / ".claude" / "CLAUDE.md").write_text("personal memory")
+    (host / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True}))
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    copied = ClaudeHarness().provision(home_seed=seed, host_home=host)
+    assert copied == ["~/.claude", "~/.claude.json"]
+    assert (seed / ".claude" / ".credentials.json").read_text() == '{"token": "t"}'
+    assert (seed / ".claude" / "settings.json").exists()
+    for skipped in ("history.jsonl", "CLAUDE.md", "projects"):
+        assert not (seed / ".claude" / skipped).exists()
+    assert not (seed / ".claude.json").is_symlink()
+    assert json.loads((seed / ".claude.json").read_text())["hasCompletedOnboarding"]
+
+
+def test_provision_without_credentials(tmp_path: Path) -> None:
+    (tmp_path / "seed").mkdir()
+    assert ClaudeHarness().provision(home_seed=tmp_path / "seed", host_home=tmp_path) == []
+
+
+def test_registry() -> None:
+    assert get_harness("claude").name == "claude"
+    assert get_harness("custom").name == "custom"

@@ -1,0 +1,43 @@
+"""Helpers shared by the test modules (plain functions; fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+AGENTS_CACHE = Path(os.environ.get("SO_TEST_AGENTS_DIR", REPO / ".cache" / "agents"))
+SO = str(Path(sys.executable).parent / "so")
+IDENT = ["-c", "user.name=Test User", "-c", "user.email=test@example.invalid"]
+def git(repo: Path, *args: str) -> str:
+    out = subprocess.run(["git", *IDENT, "-C", str(repo), *args], check=True,
+                         capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def make_repo(path: Path, files: dict[str, str] | None = None) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
+    for name, text in (files or {"README.md": "# project\n"}).items():
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "initial")
+    return path
+
+
+def so(*args: str, cwd: Path, env: dict[str, str] | None = None,
+       timeout: float = 300, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real `so` console script."""
+    return subprocess.run([SO, *args], cwd=cwd, env={**os.environ, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout,
+                          input=stdin if stdin is not None else "")
+
+
+def tree_snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under root (including .git) → bytes: proof a host repo is untouched."""
+    return {str(p.relative_to(root)): p.read_bytes()
+            for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}

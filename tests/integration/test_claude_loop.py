@@ -1,0 +1,171 @@
+"""The Foundation scenarios end to end: real `so`, real bwrap, real git, the real pinned
+claude CLI, against the scripted model server (which runs the <so-script> steps)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from helpers import SO, git, make_repo, so, tree_snapshot
+
+pytestmark = pytest.mark.integration
+
+PLAN3 = "# Plan\n\n- [ ] first\n- [ ] second\n- [ ] third\n"
+# One plan item per iteration; the last one also marks the status done.
+DO_ITEM = r"""
+n={i}
+echo "item $n" > "item$n.txt"
+sed -i '0,/- \[ \]/s//- [x]/' specs/implementation-plan.md
+grep -q -- '- \[ \]' specs/implementation-plan.md || echo "Status: done" > specs/status.md
+git add -A && git commit -q -m "item $n"
+"""
+
+
+def spec_repo(tmp_path: Path, script: str, plan: str = PLAN3) -> Path:
+    prompt = f"Do one item of the plan.\n<so-script>{script}</so-script>\n"
+    return make_repo(tmp_path / "project", {
+        "README.md": "# project\n", "specs/prompt.md": prompt,
+        "specs/implementation-plan.md": plan, "specs/status.md": "Status: pending\n",
+    })
+
+
+def sandboxes(repo: Path) -> list[dict[str, object]]:
+    data = json.loads(so("list", "--json", cwd=repo).stdout)
+    assert isinstance(data, list)
+    return data
+
+
+def test_three_iterations_then_merge(tmp_path: Path, claude_env: dict[str, str]) -> None:
+    repo = spec_repo(tmp_path, DO_ITEM)
+    before = tree_snapshot(repo)
+    out = so("run", "-H", "claude", "-i", "5", "--yes", "--json", cwd=repo, env=claude_env)
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(x) for x in out.stdout.splitlines()]
+    summary = lines[-1]
+    assert summary["kind"] == "summary" and summary["outcome"] == "done"
+    assert summary["planned"] == 3 and len(summary["iterations"]) == 3
+    kinds = {x.get("kind") for x in lines}
+    assert {"tool_call", "usage", "result", "session_started"} <= kinds
+    tool_calls = [x for x in lines if x.get("kind") == "tool_call"]
+    assert tool_calls and tool_calls[0]["name"] == "Bash"
+
+    sid = summary["id"]
+    work = Path(summary["workspace"])
+    for n in (1, 2, 3):
+        assert git(work, "rev-parse", f"refs/so/{sid}/iter/{n}")
+    assert git(work, "rev-parse", f"refs/so/{sid}/base") == git(repo, "rev-parse", "HEAD")
+    assert git(work, "log", "--format=%s", f"refs/so/{sid}/base..HEAD").split("\n") == [
+        "item 3", "item 2", "item 1"]
+    stat = so("diff", sid, "--stat", cwd=repo).stdout
+    assert "item1.txt" in stat and "item3.txt" in stat
+    assert "item2.txt" in so("diff", sid, "--iter", "2", cwd=repo).stdout
+    assert "item1.txt" not in so("diff", sid, "--iter", "2", "--stat", cwd=repo).stdout
+    listed = sandboxes(repo)
+    assert listed[0]["id"] == sid and listed[0]["status"] == "done"
+    assert listed[0]["iterations"] == 3 and listed[0]["commits"] == 3
+
+    assert tree_snapshot(repo) == before  # the host repo is byte-identical until merge
+
+    merged = so("merge", sid, "--yes", cwd=repo)
+    assert merged.returncode == 0, merged.stderr
+    staged = git(repo, "diff", "--cached", "--name-only").split()
+    assert staged == ["item1.txt", "item2.txt", "item3.txt", "specs/implementation-plan.md",
+                      "specs/status.md"]
+    assert git(repo, "log", "--format=%s") == "initial"  # staged, not committed
+    assert sandboxes(repo) == []
+    records = (Path(os.environ["SO_HOME"]) / "sandboxes")
+    assert not (records / sid).exists()
+
+
+def test_agent_that_never_commits(tmp_path: Path, claude_env: dict[str, str]) -> None:
+    repo = spec_repo(tmp_path, 'echo "work" > wip.txt', plan="- [ ] one\n")
+    out = so("run", "--yes", "--json", cwd=repo, env=claude_env)
+    summary = json.loads(out.stdout.splitlines()[-1])
+    rec = summary["iterations"][0]
+    assert rec["commit_retries"] == 3 and rec["auto_committed"] is True
+    work = Path(summary["workspace"])
+    assert git(work, "log", "-1", "--format=%s") == "so: uncommitted changes after iteration 1"
+    assert git(work, "status", "--porcelain") == ""
+
+
+def _sleepers(marker: str) -> list[str]:
+    out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    return out.stdout.split()
+
+
+def test_hanging_agent_is_killed_with_its_tree(tmp_path: Path,
+                                               claude_env: dict[str, str]) -> None:
+    repo = spec_repo(tmp_path, "sleep 613 & sleep 614", plan="- [ ] one\n")
+    start = time.monotonic()
+    out = so("run", "--yes", "--json", "--timeout", "8s", cwd=repo, env=claude_env)
+    assert time.monotonic() - start < 60
+    summary = json.loads(out.stdout.splitlines()[-1])
+    assert summary["iterations"][0]["timed_out"] is True
+    time.sleep(1)
+    assert _sleepers("sleep 61[34]") == [], "agent processes outlived the timeout"
+    assert sandboxes(repo)[0]["last_error"].startswith("iteration 1 timed out")
+
+
+def test_sigint_stops_cleanly_and_continue_works(tmp_path: Path,
+                                                 claude_env: dict[str, str]) -> None:
+    script = "[ -f .slept ] || { touch .slept; sleep 615; }\n" + DO_ITEM
+    repo = spec_repo(tmp_path, script, plan="- [ ] one\n")
+    proc = subprocess.Popen([SO, "run", "--yes", cwd_arg := "-i", "1"], cwd=repo,
+                            env={**os.environ, **claude_env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    del cwd_arg
+    deadline = time.monotonic() + 60
+    while not _sleepers("sleep 615") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _sleepers("sleep 615"), "the agent never started its step"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "so continue" in err
+    time.sleep(0.5)
+    assert _sleepers("sleep 615") == []
+    [rec] = sandboxes(repo)
+    assert rec["status"] == "stopped"
+    sid = str(rec["id"])
+    out = so("continue", sid, "-i", "1", "--yes", "--json", cwd=repo, env=claude_env)
+    summary = json.loads(out.stdout.splitlines()[-1])
+    assert summary["outcome"] == "done", out.stderr
+    assert summary["iterations"][0]["n"] == 2  # the interrupted iteration 1 stays recorded
+
+
+def test_agent_cannot_write_outside_the_workspace(tmp_path: Path,
+                                                  claude_env: dict[str, str]) -> None:
+    outside = tmp_path / "outside.txt"
+    script = (f"echo pwned > {outside}; echo pwned > {tmp_path}/project/pwned.txt; "
+              f"echo pwned > {tmp_path}/project/.git/objects/pwned; echo pwned > /usr/pwned; "
+              "echo pwned > $HOME/../../etc/pwned; "
+              "ls ~/.ssh /var/run/docker.sock > probe.txt 2>&1; git add -A; git commit -qm probe")
+    repo = spec_repo(tmp_path, script, plan="- [ ] one\n")
+    before = tree_snapshot(repo)
+    out = so("run", "--yes", "--json", cwd=repo, env=claude_env)
+    summary = json.loads(out.stdout.splitlines()[-1])
+    assert not outside.exists()
+    assert tree_snapshot(repo) == before
+    assert not Path("/usr/pwned").exists() and not Path("/etc/pwned").exists()
+    probe = (Path(summary["workspace"]) / "probe.txt").read_text()
+    assert probe.count("No such file") == 2
+
+
+def test_merge_conflict_restores_host(tmp_path: Path, claude_env: dict[str, str]) -> None:
+    script = "echo sandbox > README.md; git commit -qam 'sandbox edit'"
+    repo = spec_repo(tmp_path, script, plan="- [ ] one\n")
+    out = so("run", "--yes", "--json", cwd=repo, env=claude_env)
+    sid = json.loads(out.stdout.splitlines()[-1])["id"]
+    (repo / "README.md").write_text("host\n")
+    git(repo, "commit", "-qam", "host edit")
+    before = {k: v for k, v in tree_snapshot(repo).items() if not k.startswith(".git/objects")}
+    merged = so("merge", sid, "--yes", cwd=repo)
+    assert merged.returncode == 1 and "conflicts in README.md" in merged.stderr
+    after = {k: v for k, v in tree_snapshot(repo).items() if not k.startswith(".git/objects")}
+    assert after == before
+    assert [r["id"] for r in sandboxes(repo)] == [sid]
