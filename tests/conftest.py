@@ -7,7 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from helpers import AGENTS_CACHE, make_repo
+from sono import agents
+from sono.harnesses.claude import ClaudeHarness
+from sono.testing.model_server import ModelServer
+
 
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
@@ -20,8 +25,16 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
     monkeypatch.setenv("SO_HOME", str(tmp_path / "so-home"))
     monkeypatch.setenv("SO_AGENTS_DIR", str(AGENTS_CACHE))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    for var in ("SANDBOX", "SO_HARNESS", "SO_ITERATIONS", "SO_SANDBOX", "ANTHROPIC_API_KEY",
-                "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"):
+    for var in (
+        "SANDBOX",
+        "SO_HARNESS",
+        "SO_ITERATIONS",
+        "SO_SANDBOX",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_AUTH_TOKEN",
+        "CLAUDE_CODE_OAUTH_TOKEN",
+    ):
         monkeypatch.delenv(var, raising=False)
     before = _snapshot(real_home)
     yield home
@@ -36,3 +49,32 @@ def _snapshot(home: Path) -> set[str]:
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     return make_repo(tmp_path / "project")
+
+
+# --- integration: the real claude CLI (pinned, installed once) and the model server ---
+
+
+@pytest.fixture(scope="session")
+def claude_bin() -> Path:
+    """CI must run these tests, so a missing CLI is installed, never skipped."""
+    pkg = ClaudeHarness.npm
+    assert pkg is not None
+    path = agents.installed_bin(AGENTS_CACHE, "claude", pkg)
+    if not path.exists():
+        agents.install("claude", pkg, AGENTS_CACHE)
+    return path
+
+
+@pytest.fixture
+def model_server() -> Iterator[ModelServer]:
+    with ModelServer() as server:
+        yield server
+
+
+@pytest.fixture
+def claude_env(claude_bin: Path, model_server: ModelServer) -> dict[str, str]:
+    return {
+        "ANTHROPIC_BASE_URL": model_server.url,
+        "ANTHROPIC_API_KEY": "sk-test-placeholder",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }

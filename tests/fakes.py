@@ -18,21 +18,45 @@ class HostBackend:
         self.execs: list[list[str]] = []
 
     def _env(self, spec: SandboxSpec, env: Mapping[str, str] | None) -> dict[str, str]:
-        return {**os.environ, "HOME": str(spec.home_seed), "GIT_CONFIG_NOSYSTEM": "1",
-                "SO_SANDBOX_ID": spec.id, **(env or {})}
+        return {
+            **os.environ,
+            "HOME": str(spec.home_seed),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "SO_SANDBOX_ID": spec.id,
+            **(env or {}),
+        }
 
     def create(self, *, spec: SandboxSpec) -> None:
         spec.home_seed.mkdir(parents=True, exist_ok=True)
 
-    def exec(self, *, spec: SandboxSpec, argv: Sequence[str], env: Mapping[str, str],
-             stdin_text: str | None, timeout: float | None,
-             on_line: Callable[[str], None]) -> proc.Streamed:
+    def exec(
+        self,
+        *,
+        spec: SandboxSpec,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        stdin_text: str | None,
+        timeout: float | None,
+        on_line: Callable[[str], None],
+    ) -> proc.Streamed:
         self.execs.append(list(argv))
-        return proc.stream(argv, on_line=on_line, stdin_text=stdin_text, timeout=timeout,
-                           env=self._env(spec, env), cwd=spec.workspace)
+        return proc.stream(
+            argv,
+            on_line=on_line,
+            stdin_text=stdin_text,
+            timeout=timeout,
+            env=self._env(spec, env),
+            cwd=spec.workspace,
+        )
 
-    def run(self, *, spec: SandboxSpec, argv: Sequence[str], check: bool = True,
-            env: Mapping[str, str] | None = None) -> proc.Completed:
+    def run(
+        self,
+        *,
+        spec: SandboxSpec,
+        argv: Sequence[str],
+        check: bool = True,
+        env: Mapping[str, str] | None = None,
+    ) -> proc.Completed:
         return proc.run(argv, check=check, env=self._env(spec, env), cwd=spec.workspace)
 
     def shell(self, *, spec: SandboxSpec, argv: Sequence[str] = ()) -> int:

@@ -11,9 +11,12 @@ REPO = Path(__file__).resolve().parent.parent
 AGENTS_CACHE = Path(os.environ.get("SO_TEST_AGENTS_DIR", REPO / ".cache" / "agents"))
 SO = str(Path(sys.executable).parent / "so")
 IDENT = ["-c", "user.name=Test User", "-c", "user.email=test@example.invalid"]
+
+
 def git(repo: Path, *args: str) -> str:
-    out = subprocess.run(["git", *IDENT, "-C", str(repo), *args], check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["git", *IDENT, "-C", str(repo), *args], check=True, capture_output=True, text=True
+    )
     return out.stdout.strip()
 
 
@@ -29,15 +32,30 @@ def make_repo(path: Path, files: dict[str, str] | None = None) -> Path:
     return path
 
 
-def so(*args: str, cwd: Path, env: dict[str, str] | None = None,
-       timeout: float = 300, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def so(
+    *args: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    stdin: str | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run the real `so` console script."""
-    return subprocess.run([SO, *args], cwd=cwd, env={**os.environ, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout,
-                          input=stdin if stdin is not None else "")
+    return subprocess.run(
+        [SO, *args],
+        check=False,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=stdin if stdin is not None else "",
+    )
 
 
 def tree_snapshot(root: Path) -> dict[str, bytes]:
     """Every file under root (including .git) → bytes: proof a host repo is untouched."""
-    return {str(p.relative_to(root)): p.read_bytes()
-            for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }

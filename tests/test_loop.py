@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
-from helpers import git, make_repo
-from fakes import HostBackend
 
+from fakes import HostBackend
+from helpers import git, make_repo
 from sono.harnesses.base import AgentOptions
 from sono.harnesses.custom import CustomHarness
 from sono.loop import Loop, LoopOptions, LoopResult
@@ -31,24 +33,46 @@ def agent_script(tmp_path: Path, body: str) -> str:
 def sandbox_for(tmp_path: Path, files: dict[str, str]) -> Sandbox:
     repo = make_repo(tmp_path / "proj", files)
     store = Store(tmp_path / "so")
-    return create_sandbox(store=store, host=inspect_host(repo), harness="custom",
-                          backend_name="fake", backend=HostBackend(), exclude=(),
-                          allow_dirty=False, model=None, effort=None)
+    return create_sandbox(
+        store=store,
+        host=inspect_host(repo),
+        harness="custom",
+        backend_name="fake",
+        backend=HostBackend(),
+        exclude=(),
+        allow_dirty=False,
+        model=None,
+        effort=None,
+    )
 
 
-def run_loop(tmp_path: Path, body: str, *, files: dict[str, str] | None = None,
-             iterations: int = 5, **opts: object) -> tuple[Sandbox, LoopResult]:
+def run_loop(
+    tmp_path: Path,
+    body: str,
+    *,
+    files: dict[str, str] | None = None,
+    iterations: int = 5,
+    **opts: Any,
+) -> tuple[Sandbox, LoopResult]:
     files = files or {"specs/prompt.md": "Do it.\n", "specs/implementation-plan.md": PLAN2}
     sb = sandbox_for(tmp_path, files)
     agent = AgentOptions(agent_cmd=agent_script(tmp_path, body))
-    options = LoopOptions(iterations=iterations, timeout_s=opts.pop("timeout_s", 60),  # type: ignore[arg-type]
-                          **opts)  # type: ignore[arg-type]
-    loop = Loop(sb, CustomHarness(), agent, options, PlainReporter(io.StringIO()), {},
-                host_home=tmp_path / "host-home")
+    options = dataclasses.replace(LoopOptions(iterations=iterations, timeout_s=60), **opts)
+    loop = Loop(
+        sb,
+        harness=CustomHarness(),
+        agent=agent,
+        opts=options,
+        reporter=PlainReporter(io.StringIO()),
+        env={},
+        host_home=tmp_path / "host-home",
+    )
     return sb, loop.run()
 
 
-COMMIT_ONE = 'echo "$SO_ITERATION" > "f$SO_ITERATION"; git add -A; git commit -qm "item $SO_ITERATION"\n'
+COMMIT_ONE = (
+    'echo "$SO_ITERATION" > "f$SO_ITERATION"; git add -A; git commit -qm "item $SO_ITERATION"\n'
+)
 
 
 def test_iterations_capped_by_unchecked_plan_items(tmp_path: Path) -> None:
@@ -75,7 +99,9 @@ def test_stops_when_status_done(tmp_path: Path) -> None:
 
 
 def test_stops_when_status_blocked(tmp_path: Path) -> None:
-    body = 'printf "Status: blocked\\nneed creds\\n" > specs/status.md; git add -A; git commit -qm b\n'
+    body = (
+        'printf "Status: blocked\\nneed creds\\n" > specs/status.md; git add -A; git commit -qm b\n'
+    )
     sb, result = run_loop(tmp_path, body)
     assert result.outcome == "blocked" and result.exit_code == 4
     assert sb.record.status == "blocked"
@@ -89,8 +115,10 @@ def test_no_progress_stops_after_k_idle_iterations(tmp_path: Path) -> None:
 
 
 def test_dirty_tree_reprompts_agent_until_it_commits(tmp_path: Path) -> None:
-    body = ('if grep -q "uncommitted changes" <<<"$prompt"; then git add -A; git commit -qm fix;'
-            ' else date > work.txt; fi\n')
+    body = (
+        'if grep -q "uncommitted changes" <<<"$prompt"; then git add -A; git commit -qm fix;'
+        " else date > work.txt; fi\n"
+    )
     sb, result = run_loop(tmp_path, body, iterations=1)
     rec = result.iterations[0]
     assert rec.commit_retries == 1 and not rec.auto_committed
@@ -120,7 +148,7 @@ def test_prompt_has_spec_recent_commits_and_iteration(tmp_path: Path) -> None:
 
 def test_timeout_kills_the_agent_tree(tmp_path: Path) -> None:
     marker = tmp_path / "survivor"
-    body = f'(sleep 3; touch {marker}) & sleep 30\n'
+    body = f"(sleep 3; touch {marker}) & sleep 30\n"
     _, result = run_loop(tmp_path, body, iterations=1, timeout_s=1, commit_retries=0)
     rec = result.iterations[0]
     assert rec.timed_out and rec.exit_code is None

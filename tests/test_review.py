@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import git, make_repo, tree_snapshot
-from fakes import HostBackend
 
+from fakes import HostBackend
+from helpers import git, make_repo, tree_snapshot
 from sono.errors import SoError
 from sono.review import diff_text, merge, reset, resolve_rev
 from sono.sandbox import Sandbox, create_sandbox
@@ -17,15 +17,28 @@ from sono.workspace import inspect_host
 
 def sandbox_with_commits(tmp_path: Path, *changes: dict[str, str]) -> tuple[Path, Sandbox]:
     repo = make_repo(tmp_path / "p", {"a.txt": "line\n", "b.txt": "b\n"})
-    sb = create_sandbox(store=Store(tmp_path / "so"), host=inspect_host(repo), harness="custom",
-                        backend_name="fake", backend=HostBackend(), exclude=(),
-                        allow_dirty=False, model=None, effort=None)
+    sb = create_sandbox(
+        store=Store(tmp_path / "so"),
+        host=inspect_host(repo),
+        harness="custom",
+        backend_name="fake",
+        backend=HostBackend(),
+        exclude=(),
+        allow_dirty=False,
+        model=None,
+        effort=None,
+    )
     for n, files in enumerate(changes, start=1):
         for name, text in files.items():
             (sb.work / name).write_text(text)
         sb.git.commit_all(f"change {n}")
         sb.git("update-ref", sb.record.iter_ref(n), "HEAD")
     return repo, sb
+
+
+def without_objects(snapshot: dict[str, bytes]) -> dict[str, bytes]:
+    """New objects from the sandbox may land in the store; everything else must not change."""
+    return {k: v for k, v in snapshot.items() if not k.startswith(".git/objects/")}
 
 
 def test_diff_whole_run_and_one_iteration(tmp_path: Path) -> None:
@@ -88,15 +101,10 @@ def test_merge_conflict_restores_host_exactly_and_keeps_sandbox(tmp_path: Path) 
     repo, sb = sandbox_with_commits(tmp_path, {"a.txt": "sandbox\n", "d.txt": "added\n"})
     (repo / "a.txt").write_text("host\n")
     git(repo, "commit", "-qam", "host change")
-    before = tree_snapshot(repo)
-    before.pop(".git/index", None)
+    before = without_objects(tree_snapshot(repo))
     with pytest.raises(SoError, match=r"conflicts in a\.txt.*exactly as it was.*kept"):
         merge(sb, commit=False, keep=False)
-    after = tree_snapshot(repo)
-    after.pop(".git/index", None)
-    # New objects from the sandbox may now exist in the store; everything else is identical.
-    strip = lambda snap: {k: v for k, v in snap.items() if not k.startswith(".git/objects/")}  # noqa: E731
-    assert strip(after) == strip(before)
+    assert without_objects(tree_snapshot(repo)) == before
     assert git(repo, "status", "--porcelain") == ""
     assert sb.dir.exists()
 
@@ -108,7 +116,8 @@ def test_merge_with_nothing_to_merge(tmp_path: Path) -> None:
 
 
 def test_conflict_without_in_memory_probe_still_restores_host(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Old git (no merge-tree --write-tree): the squash touches the files, then is undone."""
     from sono import review
 
@@ -116,9 +125,9 @@ def test_conflict_without_in_memory_probe_still_restores_host(
     repo, sb = sandbox_with_commits(tmp_path, {"a.txt": "sandbox\n", "d.txt": "added\n"})
     (repo / "a.txt").write_text("host\n")
     git(repo, "commit", "-qam", "host change")
-    before = {k: v for k, v in tree_snapshot(repo).items() if not k.startswith(".git/objects/")}
+    before = without_objects(tree_snapshot(repo))
     with pytest.raises(SoError, match=r"conflicts in a\.txt"):
         merge(sb, commit=False, keep=False)
-    after = {k: v for k, v in tree_snapshot(repo).items() if not k.startswith(".git/objects/")}
+    after = without_objects(tree_snapshot(repo))
     assert after == before
     assert not (repo / "d.txt").exists()

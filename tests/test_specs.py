@@ -8,10 +8,16 @@ from sono import specs
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        (None, "pending"), ("", "pending"), ("Status: pending\n", "pending"),
-        ("Status: done\n", "done"), ("status: DONE", "done"), ("**Status:** complete", "done"),
-        ("# Status\nStatus: blocked\nwaiting for API keys", "blocked"), ("done\n", "done"),
-        ("blocked: no access", "blocked"), ("Status: in progress", "pending"),
+        (None, "pending"),
+        ("", "pending"),
+        ("Status: pending\n", "pending"),
+        ("Status: done\n", "done"),
+        ("status: DONE", "done"),
+        ("**Status:** complete", "done"),
+        ("# Status\nStatus: blocked\nwaiting for API keys", "blocked"),
+        ("done\n", "done"),
+        ("blocked: no access", "blocked"),
+        ("Status: in progress", "pending"),
     ],
 )
 def test_parse_status(text: str | None, expected: str) -> None:
@@ -19,21 +25,30 @@ def test_parse_status(text: str | None, expected: str) -> None:
 
 
 def test_unchecked_items_counts_only_open_boxes() -> None:
-    plan = "- [x] done\n- [ ] a\n  - [ ] nested\n* [ ] star\n- [X] done too\ntext - [ ] not a list\n"
+    plan = (
+        "- [x] done\n- [ ] a\n  - [ ] nested\n* [ ] star\n- [X] done too\ntext - [ ] not a list\n"
+    )
     assert specs.unchecked_items(plan) == 3
 
 
-@pytest.mark.parametrize(("requested", "plan", "expected"), [
-    (10, "- [ ] a\n- [ ] b\n", 2), (1, "- [ ] a\n- [ ] b\n", 1), (5, None, 5), (5, "- [x] a", 5),
-])
+@pytest.mark.parametrize(
+    ("requested", "plan", "expected"),
+    [
+        (10, "- [ ] a\n- [ ] b\n", 2),
+        (1, "- [ ] a\n- [ ] b\n", 1),
+        (5, None, 5),
+        (5, "- [x] a", 5),
+    ],
+)
 def test_cap_iterations(requested: int, plan: str | None, expected: int) -> None:
     assert specs.cap_iterations(requested, plan) == expected
 
 
 def test_compose_prompt_order_and_content() -> None:
     prompt = specs.compose_prompt("Base prompt.\n", ["abc123 first", "def456 second"], 2, 3)
-    assert prompt.index("Base prompt.") < prompt.index("abc123 first") < prompt.index(
-        "Iteration 2/3.")
+    assert (
+        prompt.index("Base prompt.") < prompt.index("abc123 first") < prompt.index("Iteration 2/3.")
+    )
     assert prompt.endswith("Iteration 2/3.\n")
     assert specs.STEP_NOTE not in prompt
 

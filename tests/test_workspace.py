@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import git, make_repo, tree_snapshot
-from fakes import HostBackend
 
+from fakes import HostBackend
+from helpers import git, make_repo, tree_snapshot
 from sono.errors import SoError
 from sono.sandbox import create_sandbox
 from sono.state import Store
@@ -17,14 +17,28 @@ EXCLUDE = (".env", ".env.*", ".envrc", "*.pem", "*.key", "id_*")
 
 
 def new_sandbox(tmp_path: Path, repo: Path, *, allow_dirty: bool = False):  # type: ignore[no-untyped-def]
-    return create_sandbox(store=Store(tmp_path / "so"), host=inspect_host(repo), harness="custom",
-                          backend_name="fake", backend=HostBackend(), exclude=EXCLUDE,
-                          allow_dirty=allow_dirty, model=None, effort=None)
+    return create_sandbox(
+        store=Store(tmp_path / "so"),
+        host=inspect_host(repo),
+        harness="custom",
+        backend_name="fake",
+        backend=HostBackend(),
+        exclude=EXCLUDE,
+        allow_dirty=allow_dirty,
+        model=None,
+        effort=None,
+    )
 
 
 def test_copy_has_ignored_files_but_no_secrets(tmp_path: Path) -> None:
-    repo = make_repo(tmp_path / "p", {".gitignore": "node_modules/\n.env*\n*.pem\nkeys/\n",
-                                     "src/app.py": "print(1)\n", "tests/fixture.key": "tracked\n"})
+    repo = make_repo(
+        tmp_path / "p",
+        {
+            ".gitignore": "node_modules/\n.env*\n*.pem\nkeys/\n",
+            "src/app.py": "print(1)\n",
+            "tests/fixture.key": "tracked\n",
+        },
+    )
     (repo / "node_modules" / "lib").mkdir(parents=True)
     (repo / "node_modules" / "lib" / "index.js").write_text("module.exports = 1\n")
     (repo / ".env").write_text("TOKEN=secret\n")
@@ -91,8 +105,17 @@ def test_failed_creation_leaves_nothing_behind(tmp_path: Path) -> None:
             raise SoError("boom")
 
     with pytest.raises(SoError, match="boom"):
-        create_sandbox(store=store, host=inspect_host(repo), harness="custom", backend_name="x",
-                       backend=Boom(), exclude=(), allow_dirty=False, model=None, effort=None)
+        create_sandbox(
+            store=store,
+            host=inspect_host(repo),
+            harness="custom",
+            backend_name="x",
+            backend=Boom(),
+            exclude=(),
+            allow_dirty=False,
+            model=None,
+            effort=None,
+        )
     assert store.all() == []
     assert not any(store.root.iterdir())
 

@@ -6,6 +6,7 @@ version; the sandbox sees the install read-only at the same path.
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,16 +92,37 @@ def _interpreter(path: Path) -> Path | None:
     return Path(found)
 
 
+def installed_version(agents_dir: Path, name: str, pkg: NpmPackage) -> str | None:
+    manifest = agents_dir / name / "node_modules" / pkg.name / "package.json"
+    try:
+        version = json.loads(manifest.read_text()).get("version")
+    except (OSError, ValueError):
+        return None
+    return version if isinstance(version, str) else None
+
+
 def install(name: str, pkg: NpmPackage, agents_dir: Path) -> Path:
-    """npm-install ``pkg`` at its pinned version into the agents dir."""
+    """npm-install ``pkg`` at its pinned version into the agents dir (no-op when present)."""
+    path = installed_bin(agents_dir, name, pkg)
+    if path.exists() and installed_version(agents_dir, name, pkg) == pkg.version:
+        return path
     npm = shutil.which("npm")
     if npm is None:
         raise SoError(f"npm is needed to install {name}: install Node.js (with npm), then retry")
     prefix = agents_dir / name
     prefix.mkdir(parents=True, exist_ok=True)
-    proc.run([npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund",
-              "--loglevel=error", f"{pkg.name}@{pkg.version}"])
-    path = installed_bin(agents_dir, name, pkg)
+    proc.run(
+        [
+            npm,
+            "install",
+            "--prefix",
+            str(prefix),
+            "--no-audit",
+            "--no-fund",
+            "--loglevel=error",
+            f"{pkg.name}@{pkg.version}",
+        ]
+    )
     if not path.exists():
         raise SoError(f"npm installed {pkg.name}@{pkg.version} but {path} is missing")
     return path

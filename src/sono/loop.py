@@ -25,12 +25,20 @@ EXIT_NO_PROGRESS = 6
 EXIT_INTERRUPTED = 130
 
 OUTCOME_EXIT = {
-    "done": EXIT_DONE, "blocked": EXIT_BLOCKED, "exhausted": EXIT_EXHAUSTED,
-    "no_progress": EXIT_NO_PROGRESS, "interrupted": EXIT_INTERRUPTED, "error": EXIT_ERROR,
+    "done": EXIT_DONE,
+    "blocked": EXIT_BLOCKED,
+    "exhausted": EXIT_EXHAUSTED,
+    "no_progress": EXIT_NO_PROGRESS,
+    "interrupted": EXIT_INTERRUPTED,
+    "error": EXIT_ERROR,
 }
 OUTCOME_STATUS = {
-    "done": DONE, "blocked": BLOCKED, "exhausted": STOPPED, "no_progress": STOPPED,
-    "interrupted": STOPPED, "error": FAILED,
+    "done": DONE,
+    "blocked": BLOCKED,
+    "exhausted": STOPPED,
+    "no_progress": STOPPED,
+    "interrupted": STOPPED,
+    "error": FAILED,
 }
 
 
@@ -70,9 +78,18 @@ StepHook = Callable[[Sandbox, IterationRecord], str]
 
 
 class Loop:
-    def __init__(self, sandbox: Sandbox, harness: Harness, agent: AgentOptions,
-                 opts: LoopOptions, reporter: Reporter, env: dict[str, str],
-                 step_hook: StepHook | None = None, host_home: Path | None = None) -> None:
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        *,
+        harness: Harness,
+        agent: AgentOptions,
+        opts: LoopOptions,
+        reporter: Reporter,
+        env: dict[str, str],
+        step_hook: StepHook | None = None,
+        host_home: Path | None = None,
+    ) -> None:
         self.sb = sandbox
         self.harness = harness
         self.agent = agent
@@ -108,8 +125,11 @@ class Loop:
                     outcome = "no_progress"
                     message = f"{idle} iteration(s) in a row without a new commit"
                     break
-                if self.step_hook and offset + 1 < planned \
-                        and self.step_hook(self.sb, rec) == "stop":
+                if (
+                    self.step_hook
+                    and offset + 1 < planned
+                    and self.step_hook(self.sb, rec) == "stop"
+                ):
                     outcome, message = "interrupted", "stopped by you between iterations"
                     break
         except KeyboardInterrupt:
@@ -121,8 +141,13 @@ class Loop:
     def _finish(self, outcome: str, message: str) -> None:
         keep = self.sb.record.last_error  # e.g. a timeout in the last iteration
         last_error = message if outcome in ("error", "no_progress") else keep
-        self.sb.save(status=OUTCOME_STATUS[outcome], stop_reason=message, runner_pid=None,
-                     last_error=last_error, commits=self._count_commits())
+        self.sb.save(
+            status=OUTCOME_STATUS[outcome],
+            stop_reason=message,
+            runner_pid=None,
+            last_error=last_error,
+            commits=self._count_commits(),
+        )
 
     def _count_commits(self) -> int:
         return len(self.sb.git.commits(self.sb.record.base_ref))
@@ -144,8 +169,10 @@ class Loop:
         if not self.opts.step:
             while git.dirty() and retries < self.opts.commit_retries:
                 retries += 1
-                self.reporter.note(f"tree is dirty after iteration {i}: asking the agent "
-                                   f"to commit ({retries}/{self.opts.commit_retries})")
+                self.reporter.note(
+                    f"tree is dirty after iteration {i}: asking the agent "
+                    f"to commit ({retries}/{self.opts.commit_retries})"
+                )
                 self.run_agent(n, specs.COMMIT_REMINDER, f"commit-{retries}")
         if git.dirty():
             git.commit_all(f"so: uncommitted changes after iteration {n}")
@@ -155,14 +182,21 @@ class Loop:
         git("update-ref", self.sb.record.iter_ref(n), head_after)
         status = specs.parse_status(read_workspace_file(self.sb.work, specs.STATUS))
         rec = IterationRecord(
-            n=n, started=started, duration_s=round(time.monotonic() - t0, 3),
-            exit_code=exit_code, timed_out=timed_out, head_before=head_before,
-            head_after=head_after, commits=tuple(git.commits(head_before, head_after)),
-            commit_retries=retries, auto_committed=auto, status_after=status, events=events,
+            n=n,
+            started=started,
+            duration_s=round(time.monotonic() - t0, 3),
+            exit_code=exit_code,
+            timed_out=timed_out,
+            head_before=head_before,
+            head_after=head_after,
+            commits=tuple(git.commits(head_before, head_after)),
+            commit_retries=retries,
+            auto_committed=auto,
+            status_after=status,
+            events=events,
         )
         self.sb.store.write_iteration(self.sb.record.id, rec)
-        self.sb.save(iterations=n, commits=self._count_commits(),
-                     last_error=self._agent_error(rec))
+        self.sb.save(iterations=n, commits=self._count_commits(), last_error=self._agent_error(rec))
         self.reporter.iteration_ended(rec, planned)
         return rec
 
@@ -171,10 +205,19 @@ class Loop:
         git = self.sb.git
         head = git.head()
         rec = IterationRecord(
-            n=n, started=started, duration_s=round(time.monotonic() - t0, 3), exit_code=None,
-            timed_out=False, head_before=head_before, head_after=head,
-            commits=tuple(git.commits(head_before, head)), commit_retries=0,
-            auto_committed=False, status_after=specs.PENDING, events=0, interrupted=True,
+            n=n,
+            started=started,
+            duration_s=round(time.monotonic() - t0, 3),
+            exit_code=None,
+            timed_out=False,
+            head_before=head_before,
+            head_after=head,
+            commits=tuple(git.commits(head_before, head)),
+            commit_retries=0,
+            auto_committed=False,
+            status_after=specs.PENDING,
+            events=0,
+            interrupted=True,
         )
         self.sb.store.write_iteration(self.sb.record.id, rec)
         git("update-ref", self.sb.record.iter_ref(n), head)
@@ -206,12 +249,17 @@ class Loop:
         prompt_file = self.sb.home_seed / ".so" / "prompt.md"
         prompt_file.parent.mkdir(exist_ok=True)
         prompt_file.write_text(prompt)
-        env = {**self.env, "SO_PROMPT_FILE": f"{self.sb.spec.home}/.so/prompt.md",
-               "SO_ITERATION": str(n)}
+        env = {
+            **self.env,
+            "SO_PROMPT_FILE": f"{self.sb.spec.home}/.so/prompt.md",
+            "SO_ITERATION": str(n),
+        }
         parser = self.harness.parser()
         count = 0
-        with (out_dir / f"output{suffix}.log").open("w") as raw, \
-                (out_dir / f"events{suffix}.jsonl").open("a") as ev_out:
+        with (
+            (out_dir / f"output{suffix}.log").open("w") as raw,
+            (out_dir / f"events{suffix}.jsonl").open("a") as ev_out,
+        ):
 
             def on_line(line: str) -> None:
                 nonlocal count
@@ -222,12 +270,18 @@ class Loop:
                     self.reporter.event(event)
 
             result = self.sb.backend.exec(
-                spec=self.sb.spec, argv=self.harness.unattended_argv(self.agent), env=env,
-                stdin_text=prompt, timeout=self.opts.timeout_s, on_line=on_line,
+                spec=self.sb.spec,
+                argv=self.harness.unattended_argv(self.agent),
+                env=env,
+                stdin_text=prompt,
+                timeout=self.opts.timeout_s,
+                on_line=on_line,
             )
         if result.timed_out:
-            self.reporter.note(f"iteration {n}: agent timed out after {self.opts.timeout_s:.0f}s;"
-                               " its whole process tree was killed")
+            self.reporter.note(
+                f"iteration {n}: agent timed out after {self.opts.timeout_s:.0f}s;"
+                " its whole process tree was killed"
+            )
         return result.returncode, result.timed_out, count
 
 

@@ -60,7 +60,7 @@ def run(
     *,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
-    input: str | None = None,  # noqa: A002 - mirrors subprocess.run
+    input: str | None = None,
     check: bool = True,
     timeout: float | None = None,
 ) -> Completed:

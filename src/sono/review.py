@@ -32,8 +32,10 @@ def resolve_rev(sandbox: Sandbox, rev: str) -> str:
         target = rev
     out = sandbox.git("rev-parse", "--verify", "-q", f"{target}^{{commit}}", check=False)
     if out.returncode != 0:
-        raise SoError(f"{rev!r} is not a commit or iteration of sandbox {rec.id}; "
-                      f"see `so diff {rec.id} --stat` and `so shell {rec.id} -- git log`")
+        raise SoError(
+            f"{rev!r} is not a commit or iteration of sandbox {rec.id}; "
+            f"see `so diff {rec.id} --stat` and `so shell {rec.id} -- git log`"
+        )
     return out.stdout.strip()
 
 
@@ -41,8 +43,11 @@ def diff_range(sandbox: Sandbox, iteration: int | None) -> tuple[str, str]:
     if iteration is None:
         return sandbox.record.base_ref, "HEAD"
     end = resolve_rev(sandbox, f"iter-{iteration}")
-    start = resolve_rev(sandbox, f"iter-{iteration - 1}") if iteration > 1 else \
-        resolve_rev(sandbox, "base")
+    start = (
+        resolve_rev(sandbox, f"iter-{iteration - 1}")
+        if iteration > 1
+        else resolve_rev(sandbox, "base")
+    )
     return start, end
 
 
@@ -54,8 +59,9 @@ def diff_text(sandbox: Sandbox, *, iteration: int | None, stat: bool, color: boo
     return sandbox.git(*args, start, end).stdout
 
 
-def show_diff(sandbox: Sandbox, *, iteration: int | None, stat: bool,
-              pager: str | None = None) -> None:
+def show_diff(
+    sandbox: Sandbox, *, iteration: int | None, stat: bool, pager: str | None = None
+) -> None:
     tty = sys.stdout.isatty()
     delta = shutil.which("delta") if tty and not stat else None
     text = diff_text(sandbox, iteration=iteration, stat=stat, color=tty and delta is None)
@@ -88,8 +94,11 @@ def reset(sandbox: Sandbox, rev: str) -> str:
     commit = resolve_rev(sandbox, rev)
     sandbox.git("reset", "-q", "--hard", commit)
     sandbox.git("clean", "-q", "-fd")
-    sandbox.save(status=STOPPED, stop_reason=f"reset to {rev}",
-                 commits=len(sandbox.git.commits(sandbox.record.base_ref)))
+    sandbox.save(
+        status=STOPPED,
+        stop_reason=f"reset to {rev}",
+        commits=len(sandbox.git.commits(sandbox.record.base_ref)),
+    )
     return commit
 
 
@@ -115,19 +124,27 @@ def merge(sandbox: Sandbox, *, commit: bool, keep: bool) -> MergeResult:
         raise SoError(_conflict_message(rec.id, f"conflicts in {', '.join(conflicts[:5])}"))
     saved = _merge_state(host.root)
     # A squash creates no commit, but git insists on an identity up front.
-    ident = [] if host_git(host.root, "config", "user.email", check=False).stdout.strip() else \
-        ["-c", "user.name=so", "-c", "user.email=so@localhost"]
+    ident = (
+        []
+        if host_git(host.root, "config", "user.email", check=False).stdout.strip()
+        else ["-c", "user.name=so", "-c", "user.email=so@localhost"]
+    )
     result = host_git(host.root, *ident, "merge", "--squash", "--no-verify", tip, check=False)
     if result.returncode != 0:
         conflicts = host_git(host.root, "diff", "--name-only", "--diff-filter=U").stdout.split()
         _restore(host.root, saved)
-        what = f"conflicts in {', '.join(conflicts[:5])}" if conflicts else \
-            (result.stderr.strip().splitlines() or ["git merge failed"])[-1]
+        what = (
+            f"conflicts in {', '.join(conflicts[:5])}"
+            if conflicts
+            else (result.stderr.strip().splitlines() or ["git merge failed"])[-1]
+        )
         raise SoError(_conflict_message(rec.id, what))
     files = host_git(host.root, "diff", "--cached", "--name-only").stdout.split()
     if commit:
-        message = f"so: squash of sandbox {rec.id} ({len(commits)} commit(s))\n\n" + \
-            sandbox.git.out("log", "--format=* %s", f"{rec.host_head}..HEAD")
+        message = (
+            f"so: squash of sandbox {rec.id} ({len(commits)} commit(s))\n\n"
+            + sandbox.git.out("log", "--format=* %s", f"{rec.host_head}..HEAD")
+        )
         proc.run(["git", "-C", str(host.root), "commit", "-q", "-F", "-"], input=message)
     if not keep:
         remove_sandbox(sandbox)
@@ -135,16 +152,19 @@ def merge(sandbox: Sandbox, *, commit: bool, keep: bool) -> MergeResult:
 
 
 def _conflict_message(sandbox_id: str, what: str) -> str:
-    return (f"merge of {sandbox_id} failed ({what}); your repository is exactly as it was "
-            f"and the sandbox is kept: resolve inside with `so shell {sandbox_id}` (or reset "
-            f"it), or commit the host side differently, then merge again")
+    return (
+        f"merge of {sandbox_id} failed ({what}); your repository is exactly as it was "
+        f"and the sandbox is kept: resolve inside with `so shell {sandbox_id}` (or reset "
+        f"it), or commit the host side differently, then merge again"
+    )
 
 
 def _predict_conflicts(root: Path, tip: str) -> list[str]:
     """Merge in memory (git >= 2.38) so a conflict never touches the host's files.
     Older git: [] and the caller's restore path handles conflicts."""
-    probe = host_git(root, "merge-tree", "--write-tree", "--name-only", "--no-messages",
-                     "HEAD", tip, check=False)
+    probe = host_git(
+        root, "merge-tree", "--write-tree", "--name-only", "--no-messages", "HEAD", tip, check=False
+    )
     if probe.returncode != 1:
         return []
     return [line for line in probe.stdout.splitlines()[1:] if line.strip()] or ["unknown"]
@@ -170,13 +190,23 @@ def _import_commits(sandbox: Sandbox) -> str:
     return tip
 
 
-MERGE_STATE = ("index", "ORIG_HEAD", "SQUASH_MSG", "MERGE_MSG", "MERGE_HEAD", "AUTO_MERGE", "MERGE_MODE")
+MERGE_STATE = (
+    "index",
+    "ORIG_HEAD",
+    "SQUASH_MSG",
+    "MERGE_MSG",
+    "MERGE_HEAD",
+    "AUTO_MERGE",
+    "MERGE_MODE",
+)
 
 
 def _merge_state(root: Path) -> dict[Path, bytes | None]:
     git_dir = Path(host_git(root, "rev-parse", "--absolute-git-dir").stdout.strip())
-    return {git_dir / n: (git_dir / n).read_bytes() if (git_dir / n).is_file() else None
-            for n in MERGE_STATE}
+    return {
+        git_dir / n: (git_dir / n).read_bytes() if (git_dir / n).is_file() else None
+        for n in MERGE_STATE
+    }
 
 
 def _restore(root: Path, saved: dict[Path, bytes | None]) -> None:

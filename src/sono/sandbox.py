@@ -119,10 +119,19 @@ def create_sandbox(
         all_mounts = [(str(p), str(p)) for p in alternates(work)]
         all_mounts += [(str(m.src), m.dest) for m in mounts]
         record = SandboxRecord(
-            id=sandbox_id, project=str(host.root), project_name=host.root.name,
-            host_branch=host.branch, host_head=host.head, base_commit=base,
-            harness=harness, backend=backend_name, created=now_iso(),
-            workspace=str(work), status=CREATED, model=model, effort=effort,
+            id=sandbox_id,
+            project=str(host.root),
+            project_name=host.root.name,
+            host_branch=host.branch,
+            host_head=host.head,
+            base_commit=base,
+            harness=harness,
+            backend=backend_name,
+            created=now_iso(),
+            workspace=str(work),
+            status=CREATED,
+            model=model,
+            effort=effort,
             mounts=tuple(dict.fromkeys(all_mounts)),
         )
         sandbox = Sandbox(store.save(record), store, backend)

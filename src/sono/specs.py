@@ -74,8 +74,9 @@ def cap_iterations(requested: int, plan_text: str | None) -> int:
 def compose_prompt(base: str, recent: Sequence[str], i: int, n: int, *, step: bool = False) -> str:
     parts = [base.rstrip()]
     if recent:
-        parts.append("Recent commits since the sandbox started (newest first):\n"
-                     + "\n".join(recent))
+        parts.append(
+            "Recent commits since the sandbox started (newest first):\n" + "\n".join(recent)
+        )
     if step:
         parts.append(STEP_NOTE)
     parts.append(f"Iteration {i}/{n}.")

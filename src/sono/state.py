@@ -62,10 +62,10 @@ def write_json_atomic(path: Path, data: Any) -> None:
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        Path(tmp).replace(path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            Path(tmp).unlink()
         raise
 
 
@@ -186,7 +186,9 @@ class Store:
         except FileNotFoundError:
             raise SoError(f"no sandbox {sandbox_id!r}; `so list` shows the existing ones") from None
         except (ValueError, TypeError) as exc:
-            raise SoError(f"{path}: unreadable sandbox record ({exc}); `so rm {sandbox_id}`") from exc
+            raise SoError(
+                f"{path}: unreadable sandbox record ({exc}); `so rm {sandbox_id}`"
+            ) from exc
 
     def all(self) -> list[SandboxRecord]:
         records = []
@@ -211,10 +213,14 @@ class Store:
             return self.load(matches[0])
         if not matches:
             raise SoError(f"no sandbox {ref!r}; `so list` shows the existing ones")
-        raise SoError(f"{ref!r} matches several sandboxes ({', '.join(sorted(matches))}); be precise")
+        raise SoError(
+            f"{ref!r} matches several sandboxes ({', '.join(sorted(matches))}); be precise"
+        )
 
     def write_iteration(self, sandbox_id: str, record: IterationRecord) -> None:
-        write_json_atomic(self.iteration_dir(sandbox_id, record.n) / "record.json", record.to_json())
+        write_json_atomic(
+            self.iteration_dir(sandbox_id, record.n) / "record.json", record.to_json()
+        )
 
     def iterations(self, sandbox_id: str) -> list[dict[str, Any]]:
         base = self.dir(sandbox_id) / "iterations"

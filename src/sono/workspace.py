@@ -111,8 +111,9 @@ class _Git:
 
     def __call__(self, *args: str, check: bool = True) -> proc.Completed:
         name, email = SANDBOX_IDENTITY
-        return host_git(self.root, "-c", f"user.name={name}", "-c", f"user.email={email}",
-                        *args, check=check)
+        return host_git(
+            self.root, "-c", f"user.name={name}", "-c", f"user.email={email}", *args, check=check
+        )
 
 
 def populate_tree(src: Path, dest: Path) -> None:
@@ -157,8 +158,8 @@ def alternates(work: Path) -> list[Path]:
         info = queue.pop() / "info" / "alternates"
         if not info.is_file():
             continue
-        for line in info.read_text().splitlines():
-            line = line.strip()
+        for raw in info.read_text().splitlines():
+            line = raw.strip()
             if line and not line.startswith("#"):
                 path = (info.parent.parent / line).resolve()
                 if path not in found:

@@ -20,8 +20,13 @@ def spec(tmp_path: Path, **kw: object) -> SandboxSpec:
 
 
 def argv_for(tmp_path: Path, **kw: object) -> list[str]:
-    return bwrap_argv(spec(tmp_path, **kw), ["echo", "hi"], {"FOO": "bar"},
-                      BwrapOptions("/bin/bwrap"), etc_dir=tmp_path / "etc")
+    return bwrap_argv(
+        spec(tmp_path, **kw),
+        ["echo", "hi"],
+        {"FOO": "bar"},
+        BwrapOptions("/bin/bwrap"),
+        etc_dir=tmp_path / "etc",
+    )
 
 
 def pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
@@ -30,8 +35,15 @@ def pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
 
 def test_argv_namespaces_and_identity(tmp_path: Path) -> None:
     argv = argv_for(tmp_path)
-    for flag in ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-                 "--die-with-parent", "--new-session", "--clearenv"):
+    for flag in (
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+    ):
         assert flag in argv
     assert argv[argv.index("--uid") + 1] == "1000"
     assert argv[argv.index("--cap-drop") + 1] == "ALL"
@@ -69,6 +81,7 @@ def test_userns_fix_messages(tmp_path: Path) -> None:
 
 # --- real bwrap -------------------------------------------------------------------------
 
+
 @pytest.fixture
 def real(tmp_path: Path) -> tuple[BwrapBackend, SandboxSpec]:
     backend = BwrapBackend()
@@ -97,7 +110,7 @@ def test_runs_as_unprivileged_user_in_workspace(real: tuple[BwrapBackend, Sandbo
 
 
 def test_workspace_writable_system_readonly(real: tuple[BwrapBackend, SandboxSpec]) -> None:
-    backend, s = real
+    _backend, s = real
     code, _ = sh(real, "echo ok > /workspace/made-inside")
     assert code == 0 and (s.workspace / "made-inside").read_text() == "ok\n"
     for target in ("/usr/evil", "/etc/evil", "/evil", "/opt/evil"):
@@ -106,8 +119,11 @@ def test_workspace_writable_system_readonly(real: tuple[BwrapBackend, SandboxSpe
 
 
 def test_host_secrets_invisible(real: tuple[BwrapBackend, SandboxSpec]) -> None:
-    code, out = sh(real, "ls /root 2>&1; cat /etc/shadow 2>&1; ls ~/.ssh 2>&1; "
-                         "ls /var/run/docker.sock 2>&1; ls /proc/1/root/ 2>&1 | head -1")
+    _code, out = sh(
+        real,
+        "ls /root 2>&1; cat /etc/shadow 2>&1; ls ~/.ssh 2>&1; "
+        "ls /var/run/docker.sock 2>&1; ls /proc/1/root/ 2>&1 | head -1",
+    )
     assert "No such file" in out
     assert "root:" not in out
 
@@ -119,5 +135,5 @@ def test_pid_namespace_hides_host_processes(real: tuple[BwrapBackend, SandboxSpe
 
 def test_home_is_fresh_each_exec(real: tuple[BwrapBackend, SandboxSpec]) -> None:
     sh(real, "echo state > ~/left-behind")
-    code, out = sh(real, "ls -A ~")
+    _code, out = sh(real, "ls -A ~")
     assert "left-behind" not in out and ".gitconfig" in out

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import git, so
 
+from helpers import git, so
 from sono.cli.main import COMMANDS, build_parser, main
 
 
@@ -18,8 +18,9 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_every_command_has_help_with_examples(command: str,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_command_has_help_with_examples(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exc:
         main([command, "--help"])
     out = capsys.readouterr().out
@@ -27,16 +28,36 @@ def test_every_command_has_help_with_examples(command: str,
 
 
 def test_seed_commands_and_direct_commands_exist() -> None:
-    for name in ("plan", "run", "step", "clean", "dup", "learn", "menu", "list", "diff", "shell",
-                 "reset", "continue", "merge", "rm", "doctor", "config", "demo"):
+    for name in (
+        "plan",
+        "run",
+        "step",
+        "clean",
+        "dup",
+        "learn",
+        "menu",
+        "list",
+        "diff",
+        "shell",
+        "reset",
+        "continue",
+        "merge",
+        "rm",
+        "doctor",
+        "config",
+        "demo",
+    ):
         assert name in COMMANDS
 
 
-@pytest.mark.parametrize("argv", [
-    ["run", "-H", "custom", "-i", "3", "--yes"],
-    ["-H", "custom", "run", "-i", "3", "--yes"],
-    ["-y", "-i", "3", "run", "-H", "custom"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "-H", "custom", "-i", "3", "--yes"],
+        ["-H", "custom", "run", "-i", "3", "--yes"],
+        ["-y", "-i", "3", "run", "-H", "custom"],
+    ],
+)
 def test_global_flags_before_or_after_the_subcommand(argv: list[str]) -> None:
     args = build_parser().parse_args(argv)
     assert (args.command, args.harness, args.iterations, args.yes) == ("run", "custom", 3, True)
@@ -110,18 +131,21 @@ def test_outside_a_repo(tmp_path: Path) -> None:
     assert out.returncode == 1 and "not inside a git repository" in out.stderr
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["run", "-s", "docker"], "not supported yet"),
-    (["run", "-s", "vmware"], "unknown sandbox"),
-    (["run", "-H", "codex"], "not supported yet"),
-    (["run", "-H", "claude", "-e", "ludicrous"], "not valid for claude"),
-    (["run", "-i", "0"], "iterations"),
-    (["run", "--timeout", "soon"], "iteration_timeout"),
-    (["diff", "nope"], "no sandbox"),
-    (["rm"], "--all"),
-    (["learn"], "needs a terminal"),
-    (["step", "-H", "custom", "--agent-cmd", "true"], "needs a terminal"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "-s", "docker"], "not supported yet"),
+        (["run", "-s", "vmware"], "unknown sandbox"),
+        (["run", "-H", "codex"], "not supported yet"),
+        (["run", "-H", "claude", "-e", "ludicrous"], "not valid for claude"),
+        (["run", "-i", "0"], "iterations"),
+        (["run", "--timeout", "soon"], "iteration_timeout"),
+        (["diff", "nope"], "no sandbox"),
+        (["rm"], "--all"),
+        (["learn"], "needs a terminal"),
+        (["step", "-H", "custom", "--agent-cmd", "true"], "needs a terminal"),
+    ],
+)
 def test_bad_input_is_a_clear_error(repo: Path, argv: list[str], message: str) -> None:
     (repo / "specs").mkdir()
     (repo / "specs" / "prompt.md").write_text("x")

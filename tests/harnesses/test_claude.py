@@ -10,8 +10,14 @@ from sono.harnesses.claude import ClaudeHarness
 
 def test_unattended_argv_matches_the_seed() -> None:
     argv = ClaudeHarness().unattended_argv(AgentOptions(executable="/x/claude"))
-    assert argv == ["/x/claude", "-p", "--verbose", "--output-format", "stream-json",
-                    "--dangerously-skip-permissions"]
+    assert argv == [
+        "/x/claude",
+        "-p",
+        "--verbose",
+        "--output-format",
+        "stream-json",
+        "--dangerously-skip-permissions",
+    ]
 
 
 def test_model_and_effort_flags() -> None:
@@ -27,9 +33,15 @@ def test_interactive_argv_passes_prompt_and_never_bypasses() -> None:
 
 
 def test_env_forwards_only_claude_credentials() -> None:
-    env = ClaudeHarness().env({"ANTHROPIC_API_KEY": "k", "CLAUDE_CODE_OAUTH_TOKEN": "t",
-                               "AWS_SECRET_ACCESS_KEY": "no", "GITHUB_TOKEN": "no"},
-                              AgentOptions())
+    env = ClaudeHarness().env(
+        {
+            "ANTHROPIC_API_KEY": "k",
+            "CLAUDE_CODE_OAUTH_TOKEN": "t",
+            "AWS_SECRET_ACCESS_KEY": "no",
+            "GITHUB_TOKEN": "no",
+        },
+        AgentOptions(),
+    )
     assert env["ANTHROPIC_API_KEY"] == "k" and env["CLAUDE_CODE_OAUTH_TOKEN"] == "t"
     assert "AWS_SECRET_ACCESS_KEY" not in env and "GITHUB_TOKEN" not in env
 

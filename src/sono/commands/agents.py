@@ -23,7 +23,8 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "list":
         for name, pkg in table.items():
             path = agents.installed_bin(target, name, pkg)
-            state = "installed" if path.exists() else "not installed"
+            have = agents.installed_version(target, name, pkg)
+            state = f"installed {have}" if have and path.exists() else "not installed"
             print(f"{name:8} {pkg.name}@{pkg.version}  {state}  {path}")
         return 0
     names = args.names or ["claude"]

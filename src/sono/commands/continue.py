@@ -13,8 +13,9 @@ from sono.sandbox import open_sandbox
 def run(args: argparse.Namespace) -> int:
     sandbox = open_sandbox(c.store(), args.id)
     if sandbox.record.live_status() == "running":
-        raise SoError(f"sandbox {sandbox.record.id} is already running (pid "
-                      f"{sandbox.record.runner_pid})")
+        raise SoError(
+            f"sandbox {sandbox.record.id} is already running (pid {sandbox.record.runner_pid})"
+        )
     cfg = c.config(args, Path(sandbox.record.project))
     harness = getattr(args, "harness", None) or sandbox.record.harness
     agent = c.resolve_agent(cfg, harness_name=harness)

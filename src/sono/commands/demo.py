@@ -52,9 +52,11 @@ set -euo pipefail
 case "$1" in
   1) printf 'def greet(name: str) -> str:\n    return f"Hello, {name}!"\n' > greet.py
      msg="greet: add greet()" ;;
-  2) printf 'from greet import greet\n\n\ndef test_greet() -> None:\n    assert greet("so") == "Hello, so!"\n' > test_greet.py
+  2) printf 'from greet import greet\n\n\ndef test_greet() -> None:\n' > test_greet.py
+     printf '    assert greet("so") == "Hello, so!"\n' >> test_greet.py
      msg="greet: test greet()" ;;
-  *) printf '\n## Usage\n\n    python3 -c "from greet import greet; print(greet(\\"you\\"))"\n' >> README.md
+  *) printf '\n## Usage\n\n    python3 -c "from greet import greet; print(greet(%s))"\n' "'you'" \
+       >> README.md
      msg="docs: usage" ;;
 esac
 sed -i '0,/- \[ \]/s//- [x]/' specs/implementation-plan.md
@@ -91,14 +93,17 @@ def choose_agent(wanted: str) -> str:
     if agents.locate("claude", claude.npm, target) is not None:
         return "claude"
     if claude.npm is not None and shutil.which("npm"):
-        print(f"so demo: installing {claude.npm.name}@{claude.npm.version} via npm …",
-              file=sys.stderr)
+        print(
+            f"so demo: installing {claude.npm.name}@{claude.npm.version} via npm …", file=sys.stderr
+        )
         try:
             agents.install("claude", claude.npm, target)
             return "claude"
         except SoError as exc:
-            print(f"so demo: could not install claude ({exc}); using the built-in agent",
-                  file=sys.stderr)
+            print(
+                f"so demo: could not install claude ({exc}); using the built-in agent",
+                file=sys.stderr,
+            )
     return "builtin"
 
 
@@ -108,8 +113,14 @@ def run(args: argparse.Namespace) -> int:
     repo = make_repo(parent)
     fake_home = parent / "home"  # the demo never copies your real credentials
     fake_home.mkdir()
-    flags = argparse.Namespace(**{**vars(args), "iterations": 3, "sandbox": "bwrap",
-                                  "harness": "claude" if which == "claude" else "custom"})
+    flags = argparse.Namespace(
+        **{
+            **vars(args),
+            "iterations": 3,
+            "sandbox": "bwrap",
+            "harness": "claude" if which == "claude" else "custom",
+        }
+    )
     extra: tuple[Mount, ...] = ()
     if which == "builtin":
         python = Path(sys.executable).resolve()
@@ -120,20 +131,41 @@ def run(args: argparse.Namespace) -> int:
     backend = c.backend_for(cfg)
     host = inspect_host(repo)
     sandbox = create_sandbox(
-        store=c.store(), host=host, harness=agent.harness.name, backend_name=backend.name,
-        backend=backend, exclude=cfg.exclude, allow_dirty=False, model=None, effort=None,
+        store=c.store(),
+        host=host,
+        harness=agent.harness.name,
+        backend_name=backend.name,
+        backend=backend,
+        exclude=cfg.exclude,
+        allow_dirty=False,
+        model=None,
+        effort=None,
         mounts=agent.mounts,
     )
     label = "the real claude CLI" if which == "claude" else "the built-in scripted agent"
     with ModelServer() as server:
-        print(f"so demo: repo {repo}\nso demo: agent = {label} ({agent.description})\n"
-              f"so demo: model = scripted server at {server.url} (offline)\n"
-              f"so demo: sandbox {sandbox.record.id} ({backend.name})", file=sys.stderr)
-        env = {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-so-demo-placeholder",
-               "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+        print(
+            f"so demo: repo {repo}\nso demo: agent = {label} ({agent.description})\n"
+            f"so demo: model = scripted server at {server.url} (offline)\n"
+            f"so demo: sandbox {sandbox.record.id} ({backend.name})",
+            file=sys.stderr,
+        )
+        env = {
+            "ANTHROPIC_BASE_URL": server.url,
+            "ANTHROPIC_API_KEY": "sk-so-demo-placeholder",
+            "DISABLE_AUTOUPDATER": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        }
         opts = LoopOptions(iterations=3, timeout_s=300, no_progress_limit=2)
-        loop = Loop(sandbox, agent.harness, agent.options, opts, PlainReporter(), env,
-                    host_home=fake_home)
+        loop = Loop(
+            sandbox,
+            harness=agent.harness,
+            agent=agent.options,
+            opts=opts,
+            reporter=PlainReporter(),
+            env=env,
+            host_home=fake_home,
+        )
         result = loop.run()
     return report(sandbox, result, repo, label)
 
@@ -148,7 +180,9 @@ def report(sandbox: Sandbox, result: LoopResult, repo: Path, label: str) -> int:
         return result.exit_code
     merged = merge(sandbox, commit=False, keep=False)
     status = proc.run(["git", "-C", str(repo), "status", "--short"]).stdout
-    print(f"so demo: merged {merged.commits} commit(s) into {repo} (branch main), staged:\n"
-          f"{status}\nso demo: done — agent used: {label}. "
-          f"Look around: cd {repo} && git diff --cached")
+    print(
+        f"so demo: merged {merged.commits} commit(s) into {repo} (branch main), staged:\n"
+        f"{status}\nso demo: done — agent used: {label}. "
+        f"Look around: cd {repo} && git diff --cached"
+    )
     return 0

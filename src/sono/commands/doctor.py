@@ -38,11 +38,21 @@ def run(args: argparse.Namespace) -> int:
     if cfg.sandbox not in BACKENDS and cfg.sandbox != "auto":
         selected_ok = False
         out.append(line(False, "selected sandbox", f"{cfg.sandbox!r} is not available"))
-    out.append(line(None, "network", "sandboxes share the host network in this release "
-                    "(no egress policy yet)"))
+    out.append(
+        line(
+            None,
+            "network",
+            "sandboxes share the host network in this release (no egress policy yet)",
+        )
+    )
     git = shutil.which("git")
-    out.append(line(git is not None, "git",
-                    proc.run([git, "--version"]).stdout.strip() if git else "not found"))
+    out.append(
+        line(
+            git is not None,
+            "git",
+            proc.run([git, "--version"]).stdout.strip() if git else "not found",
+        )
+    )
     out += _agents()
     out += _credentials()
     print("\n".join(out))
@@ -68,14 +78,26 @@ def _agents() -> list[str]:
             continue
         found = agents.locate(exe, cls.npm, agents_dir(c.environ()))
         if found is None:
-            out.append(line(False, f"harness {name}",
-                            f"{exe} not found — fix: so agents install {name}"))
+            out.append(
+                line(False, f"harness {name}", f"{exe} not found — fix: so agents install {name}")
+            )
         else:
-            out.append(line(True, f"harness {name}",
-                            f"{agents.version(found.path)} ({found.path}, {found.source})"))
-    out.append(line(shutil.which("npm") is not None, "npm",
-                    "present (so agents install works)" if shutil.which("npm") else
-                    "not found: install Node.js to let so install agent CLIs"))
+            out.append(
+                line(
+                    True,
+                    f"harness {name}",
+                    f"{agents.version(found.path)} ({found.path}, {found.source})",
+                )
+            )
+    out.append(
+        line(
+            shutil.which("npm") is not None,
+            "npm",
+            "present (so agents install works)"
+            if shutil.which("npm")
+            else "not found: install Node.js to let so install agent CLIs",
+        )
+    )
     return out
 
 

@@ -23,9 +23,19 @@ def run(args: argparse.Namespace) -> int:
     def prompt(sandbox: Sandbox) -> str:
         sandbox.with_mounts(found.mounts)
         out = sandbox.backend.run(
-            spec=sandbox.spec, check=False,
-            argv=[str(found.path), "--silent", "--reporters", "consoleFull", "--min-lines", "6",
-                  "--ignore", "**/node_modules/**,**/.git/**", "."],
+            spec=sandbox.spec,
+            check=False,
+            argv=[
+                str(found.path),
+                "--silent",
+                "--reporters",
+                "consoleFull",
+                "--min-lines",
+                "6",
+                "--ignore",
+                "**/node_modules/**,**/.git/**",
+                ".",
+            ],
         )
         report = "\n".join((out.stdout or out.stderr).splitlines()[:REPORT_LINES])
         return specs.DUP_PROMPT + (report or "(jscpd found no duplicates)")

@@ -24,11 +24,16 @@ def launch(
     host = inspect_host(Path.cwd())
     cfg = c.config(args, host.root)
     if needs_spec and not (host.root / specs.PROMPT).is_file():
-        raise SoError(f"{host.root / specs.PROMPT} not found; run `so plan` to create the "
-                      "specs, edit them, commit, then run again")
+        raise SoError(
+            f"{host.root / specs.PROMPT} not found; run `so plan` to create the "
+            "specs, edit them, commit, then run again"
+        )
     if not getattr(args, "allow_dirty", False):
-        require_clean(host, action="start a sandbox",
-                      hint=", or pass --allow-dirty to snapshot them into the sandbox")
+        require_clean(
+            host,
+            action="start a sandbox",
+            hint=", or pass --allow-dirty to snapshot them into the sandbox",
+        )
     backend = c.backend_for(cfg)
     agent = c.resolve_agent(cfg)
     hook = None
@@ -37,16 +42,26 @@ def launch(
 
         hook = ask_between(args)  # before creating anything: it may refuse (no terminal)
     sandbox = create_sandbox(
-        store=c.store(), host=host, harness=agent.harness.name, backend_name=backend.name,
-        backend=backend, exclude=cfg.exclude, allow_dirty=bool(getattr(args, "allow_dirty", False)),
-        model=cfg.model, effort=cfg.effort, mounts=agent.mounts,
+        store=c.store(),
+        host=host,
+        harness=agent.harness.name,
+        backend_name=backend.name,
+        backend=backend,
+        exclude=cfg.exclude,
+        allow_dirty=bool(getattr(args, "allow_dirty", False)),
+        model=cfg.model,
+        effort=cfg.effort,
+        mounts=agent.mounts,
     )
     if needs_spec:
         c.reset_status(sandbox)
     if not getattr(args, "json", False):
-        print(f"so: sandbox {sandbox.record.id} · {backend.name} · agent {agent.description}\n"
-              f"    workspace {sandbox.work} (branch {sandbox.record.branch}); "
-              "network: host (not yet restricted)", file=sys.stderr)
+        print(
+            f"so: sandbox {sandbox.record.id} · {backend.name} · agent {agent.description}\n"
+            f"    workspace {sandbox.work} (branch {sandbox.record.branch}); "
+            "network: host (not yet restricted)",
+            file=sys.stderr,
+        )
     result = c.run_loop(args, sandbox, agent, cfg, prompt=prompt, step_hook=hook)
     if result is None:
         return 130

@@ -31,13 +31,23 @@ def as_json(rec: SandboxRecord) -> dict[str, object]:
 def table(records: list[SandboxRecord]) -> str:
     header = ("ID", "PROJECT", "HARNESS", "BACKEND", "STATUS", "ITER", "COMMITS", "AGE")
     rows = [header] + [
-        (r.id, r.project_name, r.harness, r.backend, r.live_status(), str(r.iterations),
-         str(r.commits), age(r.created))
+        (
+            r.id,
+            r.project_name,
+            r.harness,
+            r.backend,
+            r.live_status(),
+            str(r.iterations),
+            str(r.commits),
+            age(r.created),
+        )
         for r in records
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-                     for row in rows)
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -45,8 +45,10 @@ def sandbox_menu(args: argparse.Namespace, sandbox_id: str) -> None:
     while True:
         sandbox = open_sandbox(c.store(), sandbox_id)
         rec = sandbox.record
-        print(f"\n{rec.id}: {rec.live_status()}, {rec.iterations} iteration(s), "
-              f"{rec.commits} commit(s)\n{ACTIONS}")
+        print(
+            f"\n{rec.id}: {rec.live_status()}, {rec.iterations} iteration(s), "
+            f"{rec.commits} commit(s)\n{ACTIONS}"
+        )
         key = input("> ").strip().lower()
         try:
             if key in ("q", "\x1b", ""):
@@ -66,10 +68,9 @@ def sandbox_menu(args: argparse.Namespace, sandbox_id: str) -> None:
                     merge(sandbox, commit=False, keep=False)
                     print("merged: the change is staged in your repository")
                     return
-            elif key == "x":
-                if c.confirm(args, f"delete {rec.id}?"):
-                    remove_sandbox(sandbox)
-                    return
+            elif key == "x" and c.confirm(args, f"delete {rec.id}?"):
+                remove_sandbox(sandbox)
+                return
         except SoError as exc:
             print(f"so: error: {exc}")
 
@@ -80,5 +81,3 @@ def _continue(args: argparse.Namespace, sandbox_id: str, count: str) -> None:
         return
     ns = argparse.Namespace(**{**vars(args), "id": sandbox_id, "iterations": int(count)})
     importlib.import_module("sono.commands.continue").run(ns)
-
-

@@ -18,8 +18,10 @@ def run(args: argparse.Namespace) -> int:
     result = merge(sandbox, commit=args.commit, keep=args.keep)
     state = "committed" if result.committed else "staged (review, then git commit)"
     where = result.branch or "detached HEAD"
-    print(f"so: merged {result.commits} commit(s) from {rec.id} into {where}: "
-          f"{len(result.files)} file(s) {state}")
+    print(
+        f"so: merged {result.commits} commit(s) from {rec.id} into {where}: "
+        f"{len(result.files)} file(s) {state}"
+    )
     if not args.keep:
         print(f"so: sandbox {rec.id} removed")
     return 0

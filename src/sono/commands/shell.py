@@ -1,4 +1,4 @@
-"""so shell ID [-- CMD...]: a shell (or one command) INSIDE the sandbox, same policy as the agent."""
+"""so shell ID [-- CMD...]: a shell (or one command) INSIDE the sandbox, agent policy."""
 
 from __future__ import annotations
 

@@ -12,10 +12,24 @@ from sono.harnesses.claude_stream import ClaudeStreamParser
 
 ENV_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_")
 # Host state that is not a credential or setting: history, transcripts, caches.
-SKIP_IN_DOT_CLAUDE = frozenset({
-    "CLAUDE.md", "history.jsonl", "todos", "projects", "sessions", "shell-snapshots",
-    "statsig", "logs", "ide", "local", "debug", "file-history", "plans", "cache",
-})
+SKIP_IN_DOT_CLAUDE = frozenset(
+    {
+        "CLAUDE.md",
+        "history.jsonl",
+        "todos",
+        "projects",
+        "sessions",
+        "shell-snapshots",
+        "statsig",
+        "logs",
+        "ide",
+        "local",
+        "debug",
+        "file-history",
+        "plans",
+        "cache",
+    }
+)
 
 
 class ClaudeHarness:
@@ -36,8 +50,15 @@ class ClaudeHarness:
 
     def unattended_argv(self, opts: AgentOptions) -> list[str]:
         exe, *rest = self._common(opts)
-        return [exe, "-p", "--verbose", "--output-format", "stream-json",
-                "--dangerously-skip-permissions", *rest]
+        return [
+            exe,
+            "-p",
+            "--verbose",
+            "--output-format",
+            "stream-json",
+            "--dangerously-skip-permissions",
+            *rest,
+        ]
 
     def interactive_argv(self, opts: AgentOptions, prompt: str | None) -> list[str]:
         return [*self._common(opts), *([prompt] if prompt else [])]

@@ -24,8 +24,10 @@ class PlainReporter:
 
     def event(self, event: Event) -> None:
         if isinstance(event, Usage):
-            self.tokens = (self.tokens[0] + event.input_tokens,
-                           self.tokens[1] + event.output_tokens)
+            self.tokens = (
+                self.tokens[0] + event.input_tokens,
+                self.tokens[1] + event.output_tokens,
+            )
         if self.quiet:
             return
         line = render_event(event)
@@ -80,6 +82,9 @@ def render_event(event: Event) -> str | None:
         first = event.text.strip().splitlines()[0]
         return f"   · {first[:160]}"
     if isinstance(event, Result):
-        return f"   ✓ agent finished ({event.num_turns} turns)" if event.ok \
+        return (
+            f"   ✓ agent finished ({event.num_turns} turns)"
+            if event.ok
             else f"   ✗ agent reported an error: {event.text[:160]}"
+        )
     return None
