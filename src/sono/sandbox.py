@@ -103,6 +103,7 @@ def create_sandbox(
     model: str | None,
     effort: str | None,
     mounts: Sequence[Mount] = (),
+    agent_cmd: str | None = None,
 ) -> Sandbox:
     sandbox_id = new_id(store, host.root.name)
     root = store.dir(sandbox_id)
@@ -132,6 +133,7 @@ def create_sandbox(
             status=CREATED,
             model=model,
             effort=effort,
+            agent_cmd=agent_cmd,
             mounts=tuple(dict.fromkeys(all_mounts)),
         )
         sandbox = Sandbox(store.save(record), store, backend)

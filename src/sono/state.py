@@ -88,6 +88,7 @@ class SandboxRecord:
     commits: int = 0
     model: str | None = None
     effort: str | None = None
+    agent_cmd: str | None = None
     last_error: str | None = None
     stop_reason: str | None = None
     runner_pid: int | None = None

@@ -16,8 +16,19 @@ def run(args: argparse.Namespace) -> int:
         raise SoError(
             f"sandbox {sandbox.record.id} is already running (pid {sandbox.record.runner_pid})"
         )
-    cfg = c.config(args, Path(sandbox.record.project))
-    harness = getattr(args, "harness", None) or sandbox.record.harness
+    rec = sandbox.record
+    # The sandbox keeps the agent it was started with unless a flag says otherwise.
+    remembered = {
+        "harness": rec.harness,
+        "model": rec.model,
+        "effort": rec.effort,
+        "agent_cmd": rec.agent_cmd,
+    }
+    for key, value in remembered.items():
+        if getattr(args, key, None) is None and value is not None:
+            setattr(args, key, value)
+    cfg = c.config(args, Path(rec.project))
+    harness = cfg.harness
     agent = c.resolve_agent(cfg, harness_name=harness)
     result = c.run_loop(args, sandbox, agent, cfg)
     if result is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 from sono import agents, specs
 from sono.commands import _common as c
@@ -12,6 +13,8 @@ from sono.sandbox import Sandbox
 from sono.state import agents_dir
 
 REPORT_LINES = 200
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+TABLE_CHARS = ("┌", "│", "├", "└")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -22,22 +25,27 @@ def run(args: argparse.Namespace) -> int:
 
     def prompt(sandbox: Sandbox) -> str:
         sandbox.with_mounts(found.mounts)
+        argv = [
+            str(found.path),
+            "--reporters",
+            "console",
+            "--min-lines",
+            "6",
+            "--ignore",
+            "**/node_modules/**,**/.git/**,**/.venv/**",
+            ".",
+        ]
         out = sandbox.backend.run(
-            spec=sandbox.spec,
-            check=False,
-            argv=[
-                str(found.path),
-                "--silent",
-                "--reporters",
-                "consoleFull",
-                "--min-lines",
-                "6",
-                "--ignore",
-                "**/node_modules/**,**/.git/**",
-                ".",
-            ],
+            spec=sandbox.spec, argv=argv, check=False, env={"NO_COLOR": "1", "FORCE_COLOR": "0"}
         )
-        report = "\n".join((out.stdout or out.stderr).splitlines()[:REPORT_LINES])
-        return specs.DUP_PROMPT + (report or "(jscpd found no duplicates)")
+        return specs.DUP_PROMPT + jscpd_report(out.stdout or out.stderr)
 
     return launch(args, needs_spec=False, prompt=prompt)
+
+
+def jscpd_report(output: str) -> str:
+    """The clone list from jscpd's console output, without colours or the summary table."""
+    lines = [ANSI.sub("", line) for line in output.splitlines()]
+    clones = [line for line in lines if not line.startswith(TABLE_CHARS)]
+    report = "\n".join(clones[:REPORT_LINES]).strip()
+    return report or "(jscpd found no duplicates)"

@@ -52,6 +52,7 @@ def launch(
         model=cfg.model,
         effort=cfg.effort,
         mounts=agent.mounts,
+        agent_cmd=cfg.agent_cmd,
     )
     if needs_spec:
         c.reset_status(sandbox)
