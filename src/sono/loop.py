@@ -29,6 +29,7 @@ OUTCOME_EXIT = {
     "blocked": EXIT_BLOCKED,
     "exhausted": EXIT_EXHAUSTED,
     "no_progress": EXIT_NO_PROGRESS,
+    "stopped": EXIT_DONE,
     "interrupted": EXIT_INTERRUPTED,
     "error": EXIT_ERROR,
 }
@@ -37,6 +38,7 @@ OUTCOME_STATUS = {
     "blocked": BLOCKED,
     "exhausted": STOPPED,
     "no_progress": STOPPED,
+    "stopped": STOPPED,
     "interrupted": STOPPED,
     "error": FAILED,
 }
@@ -130,7 +132,7 @@ class Loop:
                     and offset + 1 < planned
                     and self.step_hook(self.sb, rec) == "stop"
                 ):
-                    outcome, message = "interrupted", "stopped by you between iterations"
+                    outcome, message = "stopped", "stopped by you between iterations"
                     break
         except KeyboardInterrupt:
             self._finish("interrupted", "interrupted (Ctrl-C)")

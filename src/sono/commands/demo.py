@@ -8,6 +8,7 @@ a tiny built-in agent through the ``custom`` harness. Nothing leaves the machine
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -174,7 +175,14 @@ def report(sandbox: Sandbox, result: LoopResult, repo: Path, label: str) -> int:
     print(f"\nso demo: loop ended: {result.outcome} ({result.message})")
     for rec in result.iterations:
         print(f"\n=== iteration {rec.n}: {len(rec.commits)} commit(s) ===")
-        print(diff_text(sandbox, iteration=rec.n, stat=False, color=sys.stdout.isatty()))
+        print(
+            diff_text(
+                sandbox,
+                iteration=rec.n,
+                stat=False,
+                color=sys.stdout.isatty() and not os.environ.get("NO_COLOR"),
+            )
+        )
     if result.outcome != "done":
         print(f"so demo: the loop did not finish; inspect with `so diff {sandbox.record.id}`")
         return result.exit_code

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from sono import proc, specs
@@ -30,7 +31,8 @@ def interactive_session(args: argparse.Namespace, root: Path, prompt: str) -> in
     cfg = c.config(args, root)
     agent = c.resolve_agent(cfg)
     argv = agent.harness.interactive_argv(agent.options, prompt)
-    return proc.interactive(argv, cwd=root)
+    # Harnesses that cannot take the prompt as an argument (custom) find it in $SO_PROMPT.
+    return proc.interactive(argv, cwd=root, env={**os.environ, "SO_PROMPT": prompt})
 
 
 def run(args: argparse.Namespace) -> int:
