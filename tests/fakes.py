@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import ClassVar
 
 from sono import proc
 from sono.backends.base import Health, SandboxSpec
+from sono.sandbox import Sandbox, create_sandbox
+from sono.state import Store
+from sono.workspace import inspect_host
 
 
 class HostBackend:
@@ -67,3 +71,25 @@ class HostBackend:
 
     def health(self) -> Health:
         return Health(True, "fake")
+
+
+def fake_sandbox(
+    tmp_path: Path,
+    repo: Path,
+    *,
+    backend: HostBackend | None = None,
+    exclude: tuple[str, ...] = (),
+    allow_dirty: bool = False,
+) -> Sandbox:
+    """A real workspace (real git) around the fake backend, in ``tmp_path/so``."""
+    return create_sandbox(
+        store=Store(tmp_path / "so"),
+        host=inspect_host(repo),
+        harness="custom",
+        backend_name="fake",
+        backend=backend or HostBackend(),
+        exclude=exclude,
+        allow_dirty=allow_dirty,
+        model=None,
+        effort=None,
+    )

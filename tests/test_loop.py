@@ -10,15 +10,14 @@ from typing import Any
 
 import pytest
 
-from fakes import HostBackend
+from fakes import fake_sandbox
 from helpers import git, make_repo
 from sono.harnesses.base import AgentOptions
 from sono.harnesses.custom import CustomHarness
 from sono.loop import Loop, LoopOptions, LoopResult
-from sono.sandbox import Sandbox, create_sandbox
+from sono.sandbox import Sandbox
 from sono.state import Store
 from sono.ui.reporter import PlainReporter
-from sono.workspace import inspect_host
 
 PLAN2 = "- [ ] one\n- [ ] two\n"
 
@@ -32,18 +31,7 @@ def agent_script(tmp_path: Path, body: str) -> str:
 
 def sandbox_for(tmp_path: Path, files: dict[str, str]) -> Sandbox:
     repo = make_repo(tmp_path / "proj", files)
-    store = Store(tmp_path / "so")
-    return create_sandbox(
-        store=store,
-        host=inspect_host(repo),
-        harness="custom",
-        backend_name="fake",
-        backend=HostBackend(),
-        exclude=(),
-        allow_dirty=False,
-        model=None,
-        effort=None,
-    )
+    return fake_sandbox(tmp_path, repo)
 
 
 def run_loop(

@@ -6,28 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from fakes import HostBackend
+from fakes import fake_sandbox
 from helpers import git, make_repo, tree_snapshot
 from sono.errors import SoError
 from sono.review import diff_text, merge, reset, resolve_rev
-from sono.sandbox import Sandbox, create_sandbox
-from sono.state import Store
-from sono.workspace import inspect_host
+from sono.sandbox import Sandbox
 
 
 def sandbox_with_commits(tmp_path: Path, *changes: dict[str, str]) -> tuple[Path, Sandbox]:
     repo = make_repo(tmp_path / "p", {"a.txt": "line\n", "b.txt": "b\n"})
-    sb = create_sandbox(
-        store=Store(tmp_path / "so"),
-        host=inspect_host(repo),
-        harness="custom",
-        backend_name="fake",
-        backend=HostBackend(),
-        exclude=(),
-        allow_dirty=False,
-        model=None,
-        effort=None,
-    )
+    sb = fake_sandbox(tmp_path, repo)
     for n, files in enumerate(changes, start=1):
         for name, text in files.items():
             (sb.work / name).write_text(text)

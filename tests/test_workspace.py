@@ -6,28 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from fakes import HostBackend
+from fakes import HostBackend, fake_sandbox
 from helpers import git, make_repo, tree_snapshot
+from sono.backends.base import SandboxSpec
 from sono.errors import SoError
-from sono.sandbox import create_sandbox
+from sono.sandbox import Sandbox
 from sono.state import Store
 from sono.workspace import alternates, inspect_host, read_workspace_file, remove_secrets
 
 EXCLUDE = (".env", ".env.*", ".envrc", "*.pem", "*.key", "id_*")
 
 
-def new_sandbox(tmp_path: Path, repo: Path, *, allow_dirty: bool = False):  # type: ignore[no-untyped-def]
-    return create_sandbox(
-        store=Store(tmp_path / "so"),
-        host=inspect_host(repo),
-        harness="custom",
-        backend_name="fake",
-        backend=HostBackend(),
-        exclude=EXCLUDE,
-        allow_dirty=allow_dirty,
-        model=None,
-        effort=None,
-    )
+def new_sandbox(tmp_path: Path, repo: Path, *, allow_dirty: bool = False) -> Sandbox:
+    return fake_sandbox(tmp_path, repo, exclude=EXCLUDE, allow_dirty=allow_dirty)
 
 
 def test_copy_has_ignored_files_but_no_secrets(tmp_path: Path) -> None:
@@ -101,21 +92,11 @@ def test_failed_creation_leaves_nothing_behind(tmp_path: Path) -> None:
     store = Store(tmp_path / "so")
 
     class Boom(HostBackend):
-        def create(self, *, spec):  # type: ignore[no-untyped-def]
+        def create(self, *, spec: SandboxSpec) -> None:
             raise SoError("boom")
 
     with pytest.raises(SoError, match="boom"):
-        create_sandbox(
-            store=store,
-            host=inspect_host(repo),
-            harness="custom",
-            backend_name="x",
-            backend=Boom(),
-            exclude=(),
-            allow_dirty=False,
-            model=None,
-            effort=None,
-        )
+        fake_sandbox(tmp_path, repo, backend=Boom())
     assert store.all() == []
     assert not any(store.root.iterdir())
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Any, Protocol
 
 from sono import specs
 from sono.events import Event, Usage, dumps
@@ -66,6 +66,13 @@ class LoopResult:
     @property
     def exit_code(self) -> int:
         return OUTCOME_EXIT[self.outcome]
+
+
+@dataclass(frozen=True)
+class _Start:
+    head: str
+    at: str
+    t0: float
 
 
 class Reporter(Protocol):
@@ -157,17 +164,42 @@ class Loop:
     def iteration(self, n: int, i: int, planned: int) -> IterationRecord:
         """One fresh agent process, then commit enforcement, refs and records."""
         self.reporter.iteration_started(i, planned, self.sb.record.id)
-        git = self.sb.git
-        head_before = git.head()
-        started, t0 = now_iso(), time.monotonic()
+        start = _Start(self.sb.git.head(), now_iso(), time.monotonic())
         prompt = self.prompt(i, planned)
         try:
             exit_code, timed_out, events = self.run_agent(n, prompt, "agent")
         except KeyboardInterrupt:
-            self._record_interrupted(n, started, t0, head_before)
+            # The agent tree is already dead; keep what it did on the timeline.
+            self._close(
+                n,
+                start,
+                exit_code=None,
+                timed_out=False,
+                commit_retries=0,
+                auto_committed=False,
+                events=0,
+                interrupted=True,
+            )
+            self.sb.save(last_error=f"iteration {n} interrupted (Ctrl-C)")
             raise
+        retries, auto = self._enforce_commit(n, i)
+        rec = self._close(
+            n,
+            start,
+            exit_code=exit_code,
+            timed_out=timed_out,
+            commit_retries=retries,
+            auto_committed=auto,
+            events=events,
+        )
+        self.sb.save(last_error=self._agent_error(rec))
+        self.reporter.iteration_ended(rec, planned)
+        return rec
+
+    def _enforce_commit(self, n: int, i: int) -> tuple[int, bool]:
+        """Re-prompt the agent to commit a dirty tree; commit what is still left."""
+        git = self.sb.git
         retries = 0
-        auto = False
         if not self.opts.step:
             while git.dirty() and retries < self.opts.commit_retries:
                 retries += 1
@@ -176,54 +208,31 @@ class Loop:
                     f"to commit ({retries}/{self.opts.commit_retries})"
                 )
                 self.run_agent(n, specs.COMMIT_REMINDER, f"commit-{retries}")
-        if git.dirty():
-            git.commit_all(f"so: uncommitted changes after iteration {n}")
-            auto = True
-            self.reporter.note(f"so committed the agent's leftover changes (iteration {n})")
-        head_after = git.head()
-        git("update-ref", self.sb.record.iter_ref(n), head_after)
+        if not git.dirty():
+            return retries, False
+        git.commit_all(f"so: uncommitted changes after iteration {n}")
+        self.reporter.note(f"so committed the agent's leftover changes (iteration {n})")
+        return retries, True
+
+    def _close(self, n: int, start: _Start, **fields: Any) -> IterationRecord:
+        """Tag the iteration's end, store its record and update the registry."""
+        git = self.sb.git
+        head = git.head()
+        git("update-ref", self.sb.record.iter_ref(n), head)
         status = specs.parse_status(read_workspace_file(self.sb.work, specs.STATUS))
         rec = IterationRecord(
             n=n,
-            started=started,
-            duration_s=round(time.monotonic() - t0, 3),
-            exit_code=exit_code,
-            timed_out=timed_out,
-            head_before=head_before,
-            head_after=head_after,
-            commits=tuple(git.commits(head_before, head_after)),
-            commit_retries=retries,
-            auto_committed=auto,
-            status_after=status,
-            events=events,
-        )
-        self.sb.store.write_iteration(self.sb.record.id, rec)
-        self.sb.save(iterations=n, commits=self._count_commits(), last_error=self._agent_error(rec))
-        self.reporter.iteration_ended(rec, planned)
-        return rec
-
-    def _record_interrupted(self, n: int, started: str, t0: float, head_before: str) -> None:
-        """Ctrl-C mid-iteration: the agent tree is already dead; keep what it did."""
-        git = self.sb.git
-        head = git.head()
-        rec = IterationRecord(
-            n=n,
-            started=started,
-            duration_s=round(time.monotonic() - t0, 3),
-            exit_code=None,
-            timed_out=False,
-            head_before=head_before,
+            started=start.at,
+            duration_s=round(time.monotonic() - start.t0, 3),
+            head_before=start.head,
             head_after=head,
-            commits=tuple(git.commits(head_before, head)),
-            commit_retries=0,
-            auto_committed=False,
-            status_after=specs.PENDING,
-            events=0,
-            interrupted=True,
+            commits=tuple(git.commits(start.head, head)),
+            status_after=status,
+            **fields,
         )
         self.sb.store.write_iteration(self.sb.record.id, rec)
-        git("update-ref", self.sb.record.iter_ref(n), head)
-        self.sb.save(iterations=n, last_error=f"iteration {n} interrupted (Ctrl-C)")
+        self.sb.save(iterations=n, commits=self._count_commits())
+        return rec
 
     def _agent_error(self, rec: IterationRecord) -> str | None:
         if rec.timed_out:
