@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -59,3 +60,14 @@ def tree_snapshot(root: Path) -> dict[str, bytes]:
         for p in sorted(root.rglob("*"))
         if p.is_file() and not p.is_symlink()
     }
+
+
+def unique_sleep() -> str:
+    """A `sleep N` command line no other process on the machine is running (to find and
+    count an agent's processes with pgrep even when test runs overlap)."""
+    return f"sleep {secrets.randbelow(900_000) + 100_000}"
+
+
+def pids(pattern: str) -> list[str]:
+    out = subprocess.run(["pgrep", "-f", pattern], check=False, capture_output=True, text=True)
+    return out.stdout.split()

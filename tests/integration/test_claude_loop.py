@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import SO, git, make_repo, so, tree_snapshot
+from helpers import SO, git, make_repo, pids, so, tree_snapshot, unique_sleep
 
 pytestmark = pytest.mark.integration
 
@@ -107,27 +107,24 @@ def test_agent_that_never_commits(tmp_path: Path, claude_env: dict[str, str]) ->
     assert git(work, "status", "--porcelain") == ""
 
 
-def _sleepers(marker: str) -> list[str]:
-    out = subprocess.run(["pgrep", "-f", marker], check=False, capture_output=True, text=True)
-    return out.stdout.split()
-
-
 def test_hanging_agent_is_killed_with_its_tree(tmp_path: Path, claude_env: dict[str, str]) -> None:
-    repo = spec_repo(tmp_path, "sleep 613 & sleep 614", plan="- [ ] one\n")
+    sleep = unique_sleep()
+    repo = spec_repo(tmp_path, f"{sleep} & {sleep}", plan="- [ ] one\n")
     start = time.monotonic()
     out = so("run", "--yes", "--json", "--timeout", "8s", cwd=repo, env=claude_env)
     assert time.monotonic() - start < 60
     summary = json.loads(out.stdout.splitlines()[-1])
     assert summary["iterations"][0]["timed_out"] is True
     time.sleep(1)
-    assert _sleepers("sleep 61[34]") == [], "agent processes outlived the timeout"
+    assert pids(sleep) == [], "agent processes outlived the timeout"
     assert str(sandboxes(repo)[0]["last_error"]).startswith("iteration 1 timed out")
 
 
 def test_sigint_stops_cleanly_and_continue_works(
     tmp_path: Path, claude_env: dict[str, str]
 ) -> None:
-    script = "[ -f .slept ] || { touch .slept; sleep 615; }\n" + DO_ITEM
+    sleep = unique_sleep()
+    script = f"[ -f .slept ] || {{ touch .slept; {sleep}; }}\n" + DO_ITEM
     repo = spec_repo(tmp_path, script, plan="- [ ] one\n")
     proc = subprocess.Popen(
         [SO, "run", "--yes", cwd_arg := "-i", "1"],
@@ -139,15 +136,15 @@ def test_sigint_stops_cleanly_and_continue_works(
     )
     del cwd_arg
     deadline = time.monotonic() + 60
-    while not _sleepers("sleep 615") and time.monotonic() < deadline:
+    while not pids(sleep) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _sleepers("sleep 615"), "the agent never started its step"
+    assert pids(sleep), "the agent never started its step"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "so continue" in err
     time.sleep(0.5)
-    assert _sleepers("sleep 615") == []
+    assert pids(sleep) == []
     [rec] = sandboxes(repo)
     assert rec["status"] == "stopped"
     sid = str(rec["id"])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import SO, git, make_repo, so, tree_snapshot
+from helpers import SO, git, make_repo, pids, so, tree_snapshot, unique_sleep
 
 pytestmark = pytest.mark.integration
 
@@ -83,33 +83,29 @@ def test_review_workflow(tmp_path: Path) -> None:
 
 
 def test_kill_9_of_so_leaves_a_recoverable_sandbox(tmp_path: Path) -> None:
+    sleep = unique_sleep()
     body = AGENT.replace(
-        "prompt=$(cat)", "prompt=$(cat)\n[ -f .slept ] || { touch .slept; sleep 616; }"
+        "prompt=$(cat)", f"prompt=$(cat)\n[ -f .slept ] || {{ touch .slept; {sleep}; }}"
     )
     repo = project(tmp_path, items=1)
     before = tree_snapshot(repo)
     cmd = [SO, "run", "-H", "custom", "--agent-cmd", agent(tmp_path, body), "--yes"]
     proc = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not _pids("sleep 616"):
+    while time.monotonic() < deadline and not pids(sleep):
         time.sleep(0.1)
-    assert _pids("sleep 616")
+    assert pids(sleep)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _pids("sleep 616"):
+    while time.monotonic() < deadline and pids(sleep):
         time.sleep(0.1)
-    assert _pids("sleep 616") == [], "the agent outlived so (no --die-with-parent?)"
+    assert pids(sleep) == [], "the agent outlived so (no --die-with-parent?)"
     [rec] = json.loads(so("list", "--json", cwd=repo).stdout)
     assert rec["status"] == "stopped"  # the record said running; its runner is gone
     assert tree_snapshot(repo) == before
     out = so("continue", str(rec["id"]), "-i", "1", "--yes", "--json", cwd=repo)
     assert json.loads(out.stdout.splitlines()[-1])["iterations"][0]["commits"]
-
-
-def _pids(pattern: str) -> list[str]:
-    out = subprocess.run(["pgrep", "-f", pattern], check=False, capture_output=True, text=True)
-    return out.stdout.split()
 
 
 def test_crashing_agent_is_reported(tmp_path: Path) -> None:
