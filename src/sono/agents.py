@@ -121,6 +121,7 @@ def install(name: str, pkg: NpmPackage, agents_dir: Path) -> Path:
             "--no-fund",
             "--loglevel=error",
             f"{pkg.name}@{pkg.version}",
+            *pkg.extra,
         ]
     )
     if not path.exists():

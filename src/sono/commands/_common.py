@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -51,7 +52,7 @@ def config(args: argparse.Namespace, project: Path | None) -> Config:
         env=environ(),
         home=Path.home(),
         flags=flags(args),
-        harness_choices=[*HARNESSES, "codex", "opencode", "pi"],
+        harness_choices=list(HARNESSES),
     )
 
 
@@ -84,8 +85,20 @@ class Agent:
     description: str
 
 
+ENDPOINT_ENV = {"anthropic": "ANTHROPIC_BASE_URL", "openai": "OPENAI_BASE_URL"}
+
+
+def endpoints(env: Mapping[str, str]) -> dict[str, str]:
+    """Model API base URLs the user points agents at, by wire family."""
+    return {family: env[var] for family, var in ENDPOINT_ENV.items() if env.get(var)}
+
+
 def resolve_agent(
-    cfg: Config, *, harness_name: str | None = None, extra_mounts: tuple[Mount, ...] = ()
+    cfg: Config,
+    *,
+    harness_name: str | None = None,
+    extra_mounts: tuple[Mount, ...] = (),
+    task: str = "code",
 ) -> Agent:
     """Pick the harness, validate model/effort, and find its CLI."""
     harness = get_harness(harness_name or cfg.harness)
@@ -94,7 +107,13 @@ def resolve_agent(
             f"effort {cfg.effort!r} is not valid for {harness.name}; "
             f"choose one of {', '.join(harness.efforts)}"
         )
-    opts = AgentOptions(model=cfg.model, effort=cfg.effort, agent_cmd=cfg.agent_cmd)
+    opts = AgentOptions(
+        model=cfg.model,
+        effort=cfg.effort,
+        agent_cmd=cfg.agent_cmd,
+        endpoints=endpoints(environ()),
+        task=task,
+    )
     name = harness.executable_name(opts)
     if name is None:
         return Agent(harness, opts, extra_mounts, harness.name)
@@ -106,9 +125,7 @@ def resolve_agent(
             else "check --agent-cmd and PATH"
         )
         raise SoError(f"{name} not found: {hint}")
-    opts = AgentOptions(
-        model=cfg.model, effort=cfg.effort, agent_cmd=cfg.agent_cmd, executable=str(found.path)
-    )
+    opts = dataclasses.replace(opts, executable=str(found.path))
     return Agent(
         harness, opts, found.mounts + extra_mounts, f"{harness.name} ({found.path}, {found.source})"
     )

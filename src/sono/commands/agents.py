@@ -7,13 +7,14 @@ import argparse
 from sono import agents
 from sono.commands import _common as c
 from sono.errors import SoError
-from sono.harnesses import HARNESSES
+from sono.harnesses import available, harness_class
 from sono.harnesses.base import NpmPackage
 from sono.state import agents_dir
 
 
 def installable() -> dict[str, NpmPackage]:
-    found = {name: cls.npm for name, cls in HARNESSES.items() if cls.npm is not None}
+    classes = {name: harness_class(name) for name in available()}
+    found = {name: cls.npm for name, cls in classes.items() if cls.npm is not None}
     return {**found, **agents.TOOLS}
 
 

@@ -11,7 +11,7 @@ from sono import agents, proc
 from sono.backends import BACKENDS, PLANNED, get_backend
 from sono.commands import _common as c
 from sono.errors import SoError
-from sono.harnesses import HARNESSES
+from sono.harnesses import HARNESSES, available, harness_class
 from sono.harnesses.base import AgentOptions
 from sono.state import agents_dir, so_home
 
@@ -70,7 +70,11 @@ def _project() -> Path | None:
 
 def _agents() -> list[str]:
     out = []
-    for name, cls in HARNESSES.items():
+    for name in HARNESSES:
+        if name not in available():
+            out.append(line(None, f"harness {name}", "not supported yet"))
+            continue
+        cls = harness_class(name)
         harness = cls()
         exe = harness.executable_name(AgentOptions(agent_cmd="true"))
         if cls.npm is None or exe is None:

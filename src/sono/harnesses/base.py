@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol
 
@@ -16,6 +16,11 @@ class AgentOptions:
     effort: str | None = None
     agent_cmd: str | None = None  # the custom harness's command line
     executable: str | None = None  # resolved CLI path (host path, mounted read-only)
+    # Model API base URLs the agent must use instead of the vendor's, by wire family:
+    # "anthropic" (Messages API), "openai" (Responses / Chat Completions). Filled from
+    # ANTHROPIC_BASE_URL / OPENAI_BASE_URL today; the model gateway later.
+    endpoints: Mapping[str, str] = field(default_factory=dict)
+    task: str = "code"  # code | plan | learn — per-task defaults (effort) key on it
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,8 @@ class NpmPackage:
     name: str
     version: str
     bin: str
+    # More packages installed into the same prefix, e.g. a Node runtime ("node@22.x").
+    extra: tuple[str, ...] = ()
 
 
 class EventParser(Protocol):

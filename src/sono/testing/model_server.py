@@ -13,13 +13,14 @@ line is the base URL.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import re
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -57,14 +58,20 @@ def plan_reply(body: object) -> Reply:
     if not isinstance(body, dict):
         return Reply(SIDE_REPLY)
     prompt = first_user_text(body.get("messages"))
-    sleep_s = _sleep_seconds(prompt)
     tool = shell_tool_name(body.get("tools"))
     if tool is None:
-        return Reply(side_reply_text(body), sleep_s=sleep_s)
+        return Reply(side_reply_text(body), sleep_s=_sleep_seconds(prompt))
+    return decide(prompt, tool, count_tool_results(body.get("messages")))
+
+
+def decide(prompt: str, tool: str, done: int) -> Reply:
+    """The scenario, API-neutral: ``prompt`` is the conversation's first user text, ``tool``
+    the agent's shell tool, ``done`` how many tool results the conversation already has.
+    Every wire format (Messages, Responses, Chat Completions) extracts these and calls this."""
+    sleep_s = _sleep_seconds(prompt)
     scripts = scripts_in(prompt)
     if not scripts:
         return Reply(NOTHING_TEXT, sleep_s=sleep_s)
-    done = count_tool_results(body.get("messages"))
     if done >= len(scripts):
         return Reply(DONE_TEXT, sleep_s=sleep_s)
     return Reply(
@@ -290,6 +297,26 @@ def error_json(kind: str, message: str) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class Routed:
+    """The answer of a wire-format module (:data:`OTHER_APIS`): JSON or an SSE stream of
+    ``(event name or None, data dict or raw string)``."""
+
+    status: int = 200
+    json: dict[str, Any] | None = None
+    sse: Iterable[tuple[str | None, Any]] | None = None
+    sleep_s: float = 0.0
+
+
+# Path → module with ``handle(body: Any) -> Routed`` (imported on first use).
+OTHER_APIS: dict[str, str] = {
+    "/v1/responses": "sono.testing.openai_responses",
+    "/responses": "sono.testing.openai_responses",
+    "/v1/chat/completions": "sono.testing.openai_chat",
+    "/chat/completions": "sono.testing.openai_chat",
+}
+
+
+@dataclass(frozen=True)
 class RecordedRequest:
     method: str
     path: str
@@ -312,8 +339,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._messages(body)
         elif path == "/v1/messages/count_tokens":
             self._send_json(HTTPStatus.OK, {"input_tokens": estimate_tokens(body)})
+        elif path in OTHER_APIS:
+            self._routed(importlib.import_module(OTHER_APIS[path]).handle(body))
         else:
             self._not_found()
+
+    def _routed(self, routed: Routed) -> None:
+        if routed.sleep_s and self.server.owner.stopping.wait(routed.sleep_s):
+            self.close_connection = True
+            return
+        if routed.sse is not None:
+            self._send_sse(routed.sse)
+        else:
+            self._send_json(HTTPStatus(routed.status), routed.json or {})
 
     def do_GET(self) -> None:
         self._record(None)
@@ -395,7 +433,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         self.wfile.flush()
 
-    def _send_sse(self, events: Iterator[SseEvent]) -> None:
+    def _send_sse(self, events: Iterable[tuple[str | None, Any]]) -> None:
         # Chunked encoding keeps the connection reusable; one chunk per event, flushed.
         self.send_response(HTTPStatus.OK)
         self.send_header("Content-Type", "text/event-stream")
@@ -405,7 +443,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         try:
             for name, data in events:
-                chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+                # OpenAI Chat Completions streams unnamed events and a raw "[DONE]".
+                head = f"event: {name}\n" if name is not None else ""
+                text = data if isinstance(data, str) else json.dumps(data)
+                chunk = f"{head}data: {text}\n\n".encode()
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
