@@ -3,13 +3,14 @@ nothing can touch the real home; agent CLIs are cached per session in .cache/age
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from helpers import AGENTS_CACHE, make_repo
 from sono import agents
+from sono.harnesses import harness_class
 from sono.harnesses.claude import ClaudeHarness
 from sono.testing.model_server import ModelServer
 
@@ -52,6 +53,19 @@ def repo(tmp_path: Path) -> Path:
 
 
 # --- integration: the real claude CLI (pinned, installed once) and the model server ---
+
+
+@pytest.fixture(scope="session")
+def installed_agent() -> Callable[[str], Path]:
+    """``installed_agent("codex")`` → the pinned CLI in the test agents cache, installed
+    with npm on first use (CI must run these tests: never skipped for a missing CLI)."""
+
+    def install(name: str) -> Path:
+        pkg = harness_class(name).npm
+        assert pkg is not None, name
+        return agents.install(name, pkg, AGENTS_CACHE)
+
+    return install
 
 
 @pytest.fixture(scope="session")
