@@ -166,9 +166,12 @@ commit_retries = 0
 exclude = ["*.secret"]
 bwrap = "/usr/bin/bwrap"
 pager = "less -R"
+max_cost = 2.5
+max_tokens = 100000
 """,
     )
     config = load(home)
+    assert (config.max_cost, config.max_tokens) == (2.5, 100000)
     assert config.harness == "custom"
     assert config.agent_cmd == "my-agent --go"
     assert config.iteration_timeout == 5400.0
@@ -509,3 +512,35 @@ def test_to_json_shape(home: Path) -> None:
     assert data["exclude"] == {"value": list(DEFAULT_EXCLUDE), "source": "default"}
     assert data["iteration_timeout"]["value"] == 1800.0
     assert json.loads(json.dumps(data)) == data
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"SO_MAX_COST": "1.5", "SO_MAX_TOKENS": "5000"}, (1.5, 5000)),
+        ({"SO_MAX_COST": "", "SO_MAX_TOKENS": ""}, (None, None)),
+        ({}, (None, None)),
+    ],
+)
+def test_budget_keys(home: Path, env: dict[str, str], expected: tuple[object, object]) -> None:
+    config = load(home, env=env)
+    assert (config.max_cost, config.max_tokens) == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "key"),
+    [
+        ({"SO_MAX_COST": "-1"}, "max_cost"),
+        ({"SO_MAX_COST": "lots"}, "max_cost"),
+        ({"SO_MAX_TOKENS": "1.5"}, "max_tokens"),
+        ({"SO_MAX_TOKENS": "0"}, "max_tokens"),
+    ],
+)
+def test_bad_budget_is_a_clear_error(home: Path, env: dict[str, str], key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        load(home, env=env)
+
+
+def test_is_default(home: Path) -> None:
+    config = load(home, env={"SO_EFFORT": "high"})
+    assert not config.is_default("effort") and config.is_default("model")

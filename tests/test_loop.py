@@ -159,3 +159,31 @@ def test_records_and_events_are_stored(tmp_path: Path) -> None:
 def test_registry_status_is_not_left_running(tmp_path: Path, status: str) -> None:
     sb, _ = run_loop(tmp_path, COMMIT_ONE, iterations=1)
     assert Store(tmp_path / "so").load(sb.record.id).status != status
+
+
+USAGE_LINE = (
+    'echo \'{"type":"result","subtype":"success","is_error":false,"num_turns":1,'
+    '"result":"ok","total_cost_usd":0.75,"usage":{"input_tokens":1000,"output_tokens":200}}\'\n'
+)
+
+
+def test_budget_stops_the_loop_and_is_recorded(tmp_path: Path) -> None:
+    sb, result = run_loop(tmp_path, USAGE_LINE + COMMIT_ONE, iterations=2, max_cost=0.5)
+    assert result.outcome == "budget" and result.exit_code == 7
+    assert len(result.iterations) == 1
+    rec = result.iterations[0]
+    assert (rec.tokens_in, rec.tokens_out, rec.cost_usd) == (1000, 200, 0.75)
+    assert "cost budget exceeded" in (sb.record.stop_reason or "")
+
+
+def test_token_budget(tmp_path: Path) -> None:
+    _, result = run_loop(tmp_path, USAGE_LINE + COMMIT_ONE, iterations=2, max_tokens=5000)
+    assert result.outcome == "exhausted" and len(result.iterations) == 2
+    _, result = run_loop(tmp_path / "b", USAGE_LINE + COMMIT_ONE, iterations=2, max_tokens=1100)
+    assert result.outcome == "budget" and "token budget" in result.message
+
+
+def test_files_changed_counted(tmp_path: Path) -> None:
+    body = "echo a > a.txt; echo b > b.txt; git add -A; git commit -qm two\n"
+    _, result = run_loop(tmp_path, body, iterations=1)
+    assert result.iterations[0].files_changed == 2

@@ -61,7 +61,13 @@ class Config:
     exclude: tuple[str, ...]
     bwrap: str | None
     pager: str | None
+    max_cost: float | None
+    max_tokens: int | None
     sources: Mapping[str, Setting]
+
+    def is_default(self, key: str) -> bool:
+        """True when no file, env var or flag set ``key``."""
+        return self.sources[key].source == "default"
 
     def provenance(self) -> list[Setting]:
         """Every setting with its source, in the documented key order."""
@@ -159,6 +165,25 @@ def _timeout(value: object) -> float:
     return seconds
 
 
+def _optional_number(kind: type[int] | type[float]) -> _Parse:
+    """A positive number, or unset (None / empty string)."""
+
+    def parse(value: object) -> int | float | None:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        if isinstance(value, str):
+            value = float(value) if kind is float else int(value)  # ValueError on junk
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError
+        if kind is int and not isinstance(value, int):
+            raise ValueError
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError
+        return kind(value)
+
+    return parse
+
+
 def _patterns(value: object) -> tuple[str, ...]:
     if isinstance(value, str):  # env / flag form: comma-separated
         return tuple(part.strip() for part in value.split(",") if part.strip())
@@ -230,6 +255,22 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
         ),
         _Spec("bwrap", None, _optional_text, "a path string", "/usr/bin/bwrap", ("SO_BWRAP",)),
         _Spec("pager", None, _optional_text, "a command-line string", "less -R"),
+        _Spec(
+            "max_cost",
+            None,
+            _optional_number(float),
+            "a number of dollars > 0",
+            5.0,
+            ("SO_MAX_COST",),
+        ),
+        _Spec(
+            "max_tokens",
+            None,
+            _optional_number(int),
+            "an integer > 0",
+            2_000_000,
+            ("SO_MAX_TOKENS",),
+        ),
     ]
     return {spec.key: spec for spec in specs}
 
@@ -355,6 +396,8 @@ def _build(settings: Mapping[str, Setting]) -> Config:
         exclude=get("exclude", tuple),
         bwrap=opt("bwrap"),
         pager=opt("pager"),
+        max_cost=None if settings["max_cost"].value is None else get("max_cost", float),
+        max_tokens=None if settings["max_tokens"].value is None else get("max_tokens", int),
         sources=MappingProxyType(dict(settings)),
     )
 

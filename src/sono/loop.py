@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -22,6 +22,7 @@ EXIT_ERROR = 1
 EXIT_BLOCKED = 4
 EXIT_EXHAUSTED = 5
 EXIT_NO_PROGRESS = 6
+EXIT_BUDGET = 7
 EXIT_INTERRUPTED = 130
 
 OUTCOME_EXIT = {
@@ -29,6 +30,7 @@ OUTCOME_EXIT = {
     "blocked": EXIT_BLOCKED,
     "exhausted": EXIT_EXHAUSTED,
     "no_progress": EXIT_NO_PROGRESS,
+    "budget": EXIT_BUDGET,
     "stopped": EXIT_DONE,
     "interrupted": EXIT_INTERRUPTED,
     "error": EXIT_ERROR,
@@ -38,6 +40,7 @@ OUTCOME_STATUS = {
     "blocked": BLOCKED,
     "exhausted": STOPPED,
     "no_progress": STOPPED,
+    "budget": STOPPED,
     "stopped": STOPPED,
     "interrupted": STOPPED,
     "error": FAILED,
@@ -54,6 +57,36 @@ class LoopOptions:
     prompt: Callable[[Sandbox], str] | None = None
     step: bool = False
     cap_by_plan: bool = True
+    max_cost: float | None = None  # dollars, summed over this run's iterations
+    max_tokens: int | None = None  # input + output tokens, summed over this run
+
+
+@dataclass
+class Tally:
+    """Usage of one iteration, summed from the harness's Usage events."""
+
+    tokens_in: int = 0
+    tokens_out: int = 0
+    tokens_cached: int = 0
+    cost_usd: float | None = None
+
+    def add(self, usage: Usage) -> None:
+        self.tokens_in += usage.input_tokens
+        self.tokens_out += usage.output_tokens
+        self.tokens_cached += usage.cached_tokens
+        if usage.cost_usd is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + usage.cost_usd
+
+
+def over_budget(records: Sequence[IterationRecord], opts: LoopOptions) -> str | None:
+    """The stop reason when this run's usage exceeds --max-cost / --max-tokens."""
+    tokens = sum(r.tokens_in + r.tokens_out for r in records)
+    cost = sum(r.cost_usd or 0.0 for r in records)
+    if opts.max_tokens is not None and tokens > opts.max_tokens:
+        return f"token budget exceeded: {tokens} > --max-tokens {opts.max_tokens}"
+    if opts.max_cost is not None and cost > opts.max_cost:
+        return f"cost budget exceeded: ${cost:.4f} > --max-cost ${opts.max_cost:.2f}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -78,6 +111,7 @@ class _Start:
 class Reporter(Protocol):
     def iteration_started(self, i: int, n: int, sandbox_id: str) -> None: ...
     def event(self, event: Event) -> None: ...
+    def run_ended(self, result: LoopResult) -> None: ...
     def iteration_ended(self, record: IterationRecord, n: int) -> None: ...
     def note(self, message: str) -> None: ...
 
@@ -107,6 +141,7 @@ class Loop:
         self.env = env
         self.step_hook = step_hook
         self.host_home = host_home or Path.home()
+        self._tally = Tally()
 
     def planned_iterations(self) -> int:
         if not self.opts.cap_by_plan or self.opts.prompt is not None:
@@ -130,6 +165,10 @@ class Loop:
                     outcome = "done" if rec.status_after == specs.DONE else "blocked"
                     message = f"{specs.STATUS} says {rec.status_after}"
                     break
+                budget = over_budget(records, self.opts)
+                if budget:
+                    outcome, message = "budget", budget
+                    break
                 if idle >= self.opts.no_progress_limit:
                     outcome = "no_progress"
                     message = f"{idle} iteration(s) in a row without a new commit"
@@ -142,10 +181,13 @@ class Loop:
                     outcome, message = "stopped", "stopped by you between iterations"
                     break
         except KeyboardInterrupt:
+            self.reporter.note("interrupted: stopping the agent")  # also ends a live view
             self._finish("interrupted", "interrupted (Ctrl-C)")
             raise
         self._finish(outcome, message)
-        return LoopResult(outcome, tuple(records), planned, message)
+        result = LoopResult(outcome, tuple(records), planned, message)
+        self.reporter.run_ended(result)
+        return result
 
     def _finish(self, outcome: str, message: str) -> None:
         keep = self.sb.record.last_error  # e.g. a timeout in the last iteration
@@ -165,6 +207,7 @@ class Loop:
         """One fresh agent process, then commit enforcement, refs and records."""
         self.reporter.iteration_started(i, planned, self.sb.record.id)
         start = _Start(self.sb.git.head(), now_iso(), time.monotonic())
+        self._tally = Tally()
         prompt = self.prompt(i, planned)
         try:
             exit_code, timed_out, events = self.run_agent(n, prompt, "agent")
@@ -220,6 +263,7 @@ class Loop:
         head = git.head()
         git("update-ref", self.sb.record.iter_ref(n), head)
         status = specs.parse_status(read_workspace_file(self.sb.work, specs.STATUS))
+        changed = git.out("diff", "--name-only", start.head, head).splitlines()
         rec = IterationRecord(
             n=n,
             started=start.at,
@@ -228,6 +272,11 @@ class Loop:
             head_after=head,
             commits=tuple(git.commits(start.head, head)),
             status_after=status,
+            files_changed=len(changed),
+            tokens_in=self._tally.tokens_in,
+            tokens_out=self._tally.tokens_out,
+            tokens_cached=self._tally.tokens_cached,
+            cost_usd=self._tally.cost_usd,
             **fields,
         )
         self.sb.store.write_iteration(self.sb.record.id, rec)
@@ -277,6 +326,8 @@ class Loop:
                 _write(raw, line)
                 for event in parser.feed(line):
                     count += 1
+                    if isinstance(event, Usage):
+                        self._tally.add(event)
                     _write(ev_out, dumps(event))
                     self.reporter.event(event)
 
@@ -299,9 +350,3 @@ class Loop:
 def _write(fh: IO[str], line: str) -> None:
     fh.write(line + "\n")
     fh.flush()
-
-
-def usage_totals(events: list[Event]) -> tuple[int, int]:
-    tokens_in = sum(e.input_tokens for e in events if isinstance(e, Usage))
-    tokens_out = sum(e.output_tokens for e in events if isinstance(e, Usage))
-    return tokens_in, tokens_out

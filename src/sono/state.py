@@ -152,6 +152,11 @@ class IterationRecord:
     status_after: str  # what specs/status.md said afterwards (pending/done/blocked)
     events: int
     interrupted: bool = False
+    files_changed: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    tokens_cached: int = 0
+    cost_usd: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

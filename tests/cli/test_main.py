@@ -136,7 +136,7 @@ def test_outside_a_repo(tmp_path: Path) -> None:
     [
         (["run", "-s", "docker"], "not supported yet"),
         (["run", "-s", "vmware"], "unknown sandbox"),
-        (["run", "-H", "codex"], "not supported yet"),
+        (["run", "-H", "aider"], "harness"),
         (["run", "-H", "claude", "-e", "ludicrous"], "not valid for claude"),
         (["run", "-i", "0"], "iterations"),
         (["run", "--timeout", "soon"], "iteration_timeout"),

@@ -38,8 +38,12 @@ def test_parser_plain_lines_and_stream_json() -> None:
     assert any(isinstance(e, ToolCall) and e.name == "Bash" for e in events)
 
 
-def test_unknown_and_planned_harnesses() -> None:
+def test_unknown_and_missing_harnesses(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sono import harnesses
+
+    monkeypatch.setitem(harnesses.HARNESSES, "ghost", "sono.harnesses.ghost:GhostHarness")
     with pytest.raises(SoError, match="not supported yet"):
-        get_harness("codex")
+        get_harness("ghost")
+    assert "ghost" not in harnesses.available()
     with pytest.raises(SoError, match="unknown harness"):
         get_harness("nope")

@@ -135,6 +135,8 @@ def _command_flags(name: str, p: argparse.ArgumentParser) -> None:
             "--json", action="store_true", help="normalized events and the summary as JSON lines"
         )
         p.add_argument("-q", "--quiet", action="store_true", help="only per-iteration summaries")
+        p.add_argument("--max-cost", help="stop the loop once this run cost more dollars")
+        p.add_argument("--max-tokens", help="stop the loop once this run used more tokens")
     if name in ("list", "config"):
         p.add_argument("--json", action="store_true", help="machine-readable output")
     if name in ("diff", "shell", "reset", "continue", "merge"):

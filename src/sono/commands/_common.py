@@ -23,6 +23,10 @@ from sono.sandbox import Sandbox
 from sono.state import Store, agents_dir, so_home
 from sono.ui.reporter import JsonReporter, PlainReporter
 
+# Per-task default effort (the seed's): used when no file, env var or flag sets one and
+# the harness takes that value.
+TASK_EFFORT = {"code": "medium", "plan": "high", "learn": "medium"}
+
 FLAG_KEYS = (
     "harness",
     "iterations",
@@ -31,6 +35,8 @@ FLAG_KEYS = (
     "effort",
     "agent_cmd",
     "iteration_timeout",
+    "max_cost",
+    "max_tokens",
 )
 
 
@@ -93,6 +99,22 @@ def endpoints(env: Mapping[str, str]) -> dict[str, str]:
     return {family: env[var] for family, var in ENDPOINT_ENV.items() if env.get(var)}
 
 
+def effort_for(cfg: Config, harness: Harness, task: str) -> str | None:
+    """The configured effort, validated for the harness, else the task's default."""
+    if cfg.is_default("effort"):
+        default = TASK_EFFORT.get(task)
+        return default if default in harness.efforts else None
+    effort = cfg.effort
+    if effort is None or harness.efforts == ("*",) or effort in harness.efforts:
+        return effort
+    if not harness.efforts:
+        raise SoError(f"{harness.name} takes no effort setting; drop -e/--effort ({effort!r})")
+    raise SoError(
+        f"effort {effort!r} is not valid for {harness.name}; "
+        f"choose one of {', '.join(harness.efforts)}"
+    )
+
+
 def resolve_agent(
     cfg: Config,
     *,
@@ -102,14 +124,9 @@ def resolve_agent(
 ) -> Agent:
     """Pick the harness, validate model/effort, and find its CLI."""
     harness = get_harness(harness_name or cfg.harness)
-    if cfg.effort and harness.efforts and cfg.effort not in harness.efforts:
-        raise SoError(
-            f"effort {cfg.effort!r} is not valid for {harness.name}; "
-            f"choose one of {', '.join(harness.efforts)}"
-        )
     opts = AgentOptions(
         model=cfg.model,
-        effort=cfg.effort,
+        effort=effort_for(cfg, harness, task),
         agent_cmd=cfg.agent_cmd,
         endpoints=endpoints(environ()),
         task=task,
@@ -142,7 +159,12 @@ def backend_for(cfg: Config) -> Backend:
 def reporter(args: argparse.Namespace) -> Reporter:
     if getattr(args, "json", False):
         return JsonReporter()
-    return PlainReporter(quiet=bool(getattr(args, "quiet", False)))
+    quiet = bool(getattr(args, "quiet", False))
+    if not quiet and sys.stderr.isatty() and os.environ.get("TERM") != "dumb":
+        from sono.ui.reporter import LiveReporter
+
+        return LiveReporter()
+    return PlainReporter(quiet=quiet)
 
 
 def run_loop(
@@ -164,6 +186,8 @@ def run_loop(
         commit_retries=cfg.commit_retries,
         prompt=prompt,
         step=step_hook is not None,
+        max_cost=cfg.max_cost,
+        max_tokens=cfg.max_tokens,
     )
     env = {**agent.harness.env(environ(), agent.options), **(env_overrides or {})}
     loop = Loop(

@@ -16,4 +16,4 @@ def run(args: argparse.Namespace) -> int:
     if not c.interactive_tty():
         raise SoError("so learn is an interactive session and needs a terminal")
     root = inspect_host(Path.cwd()).root
-    return interactive_session(args, root, specs.LEARN_PROMPT)
+    return interactive_session(args, root, specs.LEARN_PROMPT, "learn")

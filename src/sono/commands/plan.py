@@ -26,10 +26,10 @@ def write_templates(root: Path) -> tuple[list[str], list[str]]:
     return written, kept
 
 
-def interactive_session(args: argparse.Namespace, root: Path, prompt: str) -> int:
+def interactive_session(args: argparse.Namespace, root: Path, prompt: str, task: str) -> int:
     """Hand the terminal to the harness on the host, with ``prompt``."""
     cfg = c.config(args, root)
-    agent = c.resolve_agent(cfg)
+    agent = c.resolve_agent(cfg, task=task)
     argv = agent.harness.interactive_argv(agent.options, prompt)
     # Harnesses that cannot take the prompt as an argument (custom) find it in $SO_PROMPT.
     return proc.interactive(argv, cwd=root, env={**os.environ, "SO_PROMPT": prompt})
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         print("so: next: edit specs/*.md, commit them, then `so run`")
         return 0
     try:
-        return interactive_session(args, root, specs.PLAN_PROMPT)
+        return interactive_session(args, root, specs.PLAN_PROMPT, "plan")
     except SoError as exc:
         print(f"so: not starting the planning agent: {exc}")
         print("so: next: edit specs/*.md, commit them, then `so run`")

@@ -41,7 +41,9 @@ class EventParser(Protocol):
 
 class Harness(Protocol):
     name: ClassVar[str]
-    efforts: ClassVar[tuple[str, ...]]  # accepted --effort values; empty = none
+    # Accepted --effort values; () = the harness takes none (an effort is an error);
+    # ("*",) = anything, passed through.
+    efforts: ClassVar[tuple[str, ...]]
     npm: ClassVar[NpmPackage | None]
 
     def unattended_argv(self, opts: AgentOptions) -> list[str]:

@@ -34,7 +34,7 @@ class CustomParser:
 
 class CustomHarness:
     name: ClassVar[str] = "custom"
-    efforts: ClassVar[tuple[str, ...]] = ()
+    efforts: ClassVar[tuple[str, ...]] = ("*",)  # anything: passed on as $SO_EFFORT
     npm: ClassVar[NpmPackage | None] = None
 
     def executable_name(self, opts: AgentOptions) -> str | None:

@@ -1,51 +1,127 @@
-"""Loop progress rendering at the edge: plain lines for people, JSON lines for scripts."""
+"""Loop progress at the edge: a rich live view on terminals, plain lines elsewhere, JSON
+lines for scripts. All three read the same normalized events and iteration records."""
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import TextIO
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, TextIO
 
-from sono.events import Event, Result, Text, ToolCall, ToolResult, Usage, dumps
+from sono.events import Error, Event, Result, Text, ToolCall, ToolResult, Usage, dumps
 from sono.state import IterationRecord
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.live import Live
+
+    from sono.loop import LoopResult
+
+
+def tokens(n: int) -> str:
+    return f"{n / 1000:.1f}k" if n >= 10_000 else str(n)
+
+
+def cost(value: float | None) -> str:
+    return "-" if value is None else f"${value:.4f}"
+
+
+def summary_line(record: IterationRecord) -> str:
+    extra = " (timed out)" if record.timed_out else " (interrupted)" if record.interrupted else ""
+    auto = ", auto-committed" if record.auto_committed else ""
+    return (
+        f"iteration {record.n}: {record.duration_s:.1f}s, {len(record.commits)} commit(s){auto}, "
+        f"{record.files_changed} file(s), tokens {tokens(record.tokens_in)} in / "
+        f"{tokens(record.tokens_out)} out, {cost(record.cost_usd)}, "
+        f"exit {record.exit_code}{extra}, status {record.status_after}"
+    )
+
+
+TABLE_HEADER = ("iter", "duration", "commits", "files", "tokens in", "tokens out", "cost", "exit")
+
+
+def table_rows(records: tuple[IterationRecord, ...]) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = [
+        (
+            str(r.n),
+            f"{r.duration_s:.1f}s",
+            str(len(r.commits)),
+            str(r.files_changed),
+            tokens(r.tokens_in),
+            tokens(r.tokens_out),
+            cost(r.cost_usd),
+            "timeout" if r.timed_out else str(r.exit_code),
+        )
+        for r in records
+    ]
+    if len(records) > 1:
+        total_cost = sum(r.cost_usd or 0.0 for r in records)
+        any_cost = any(r.cost_usd is not None for r in records)
+        rows.append(
+            (
+                "total",
+                f"{sum(r.duration_s for r in records):.1f}s",
+                str(sum(len(r.commits) for r in records)),
+                "",
+                tokens(sum(r.tokens_in for r in records)),
+                tokens(sum(r.tokens_out for r in records)),
+                cost(total_cost if any_cost else None),
+                "",
+            )
+        )
+    return rows
+
+
+def render_event(event: Event) -> str | None:
+    """One plain line for the events a person wants to see scroll by."""
+    line: str | None = None
+    if isinstance(event, ToolCall):
+        line = f"→ {event.name}: {event.summary}"
+    elif isinstance(event, ToolResult) and not event.ok:
+        line = f"✗ tool failed: {event.summary}"
+    elif isinstance(event, Text) and event.text.strip():
+        line = f"· {event.text.strip().splitlines()[0][:160]}"
+    elif isinstance(event, Error):
+        line = f"✗ {event.message[:160]}"
+    elif isinstance(event, Result):
+        line = (
+            f"✓ agent finished ({event.num_turns} turns)"
+            if event.ok
+            else f"✗ agent reported an error: {event.text[:160]}"
+        )
+    return None if line is None else f"   {line}"
 
 
 class PlainReporter:
-    """One line per notable event on stderr; a summary line per iteration."""
+    """One line per notable event on stderr; a summary line per iteration; a table at the end."""
 
     def __init__(self, stream: TextIO | None = None, *, quiet: bool = False) -> None:
         self.out = stream or sys.stderr
         self.quiet = quiet
-        self.tokens = (0, 0)
 
     def iteration_started(self, i: int, n: int, sandbox_id: str) -> None:
-        self.tokens = (0, 0)
-        self._say(f"── iteration {i}/{n} · sandbox {sandbox_id}")
+        if not self.quiet:
+            self._say(f"── iteration {i}/{n} · sandbox {sandbox_id}")
 
     def event(self, event: Event) -> None:
-        if isinstance(event, Usage):
-            self.tokens = (
-                self.tokens[0] + event.input_tokens,
-                self.tokens[1] + event.output_tokens,
-            )
-        if self.quiet:
-            return
-        line = render_event(event)
+        line = None if self.quiet else render_event(event)
         if line:
             self._say(line)
 
     def iteration_ended(self, record: IterationRecord, n: int) -> None:
-        commits = len(record.commits)
-        extra = " (timed out)" if record.timed_out else ""
-        auto = ", auto-committed" if record.auto_committed else ""
-        self._say(
-            f"   iteration {record.n}: {record.duration_s:.1f}s, {commits} commit(s){auto}, "
-            f"exit {record.exit_code}{extra}, tokens in/out {self.tokens[0]}/{self.tokens[1]}, "
-            f"status {record.status_after}"
-        )
+        self._say(f"   {summary_line(record)}")
 
     def note(self, message: str) -> None:
         self._say(f"   so: {message}")
+
+    def run_ended(self, result: LoopResult) -> None:
+        rows = [TABLE_HEADER, *table_rows(result.iterations)]
+        if len(rows) == 1:
+            return
+        widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_HEADER))]
+        for row in rows:
+            self._say("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
 
     def _say(self, line: str) -> None:
         print(line, file=self.out, flush=True)
@@ -69,22 +145,106 @@ class JsonReporter:
     def note(self, message: str) -> None:
         self._emit({"kind": "note", "message": message})
 
-    def _emit(self, data: dict[str, object]) -> None:
+    def run_ended(self, result: LoopResult) -> None:
+        """The summary line is written by the command (it knows the sandbox)."""
+
+    def _emit(self, data: dict[str, Any]) -> None:
         print(json.dumps(data), file=self.out, flush=True)
 
 
-def render_event(event: Event) -> str | None:
-    if isinstance(event, ToolCall):
-        return f"   → {event.name}: {event.summary}"
-    if isinstance(event, ToolResult) and not event.ok:
-        return f"   ✗ tool failed: {event.summary}"
-    if isinstance(event, Text) and event.text.strip():
-        first = event.text.strip().splitlines()[0]
-        return f"   · {first[:160]}"
-    if isinstance(event, Result):
-        return (
-            f"   ✓ agent finished ({event.num_turns} turns)"
-            if event.ok
-            else f"   ✗ agent reported an error: {event.text[:160]}"
+class LiveReporter:
+    """A rich live view while an iteration runs: iteration i/N, elapsed, the current tool
+    call, the last lines of agent text, tokens so far; a summary line when it ends; a table
+    of all iterations at the end of the run."""
+
+    TEXT_LINES = 5
+
+    def __init__(self, console: Console | None = None) -> None:
+        from rich.console import Console
+
+        self.console = console or Console(stderr=True)
+        self._live: Live | None = None
+        self._reset(0, 0, "")
+
+    def _reset(self, i: int, n: int, sandbox_id: str) -> None:
+        self.i, self.n, self.sandbox_id = i, n, sandbox_id
+        self.t0 = time.monotonic()
+        self.tool = ""
+        self.text: deque[str] = deque(maxlen=self.TEXT_LINES)
+        self.usage = Usage()
+
+    def iteration_started(self, i: int, n: int, sandbox_id: str) -> None:
+        from rich.live import Live
+
+        self._stop()
+        self._reset(i, n, sandbox_id)
+        self._live = Live(
+            get_renderable=self.render,
+            console=self.console,
+            refresh_per_second=4,
+            transient=True,
         )
-    return None
+        self._live.start()
+
+    def event(self, event: Event) -> None:
+        if isinstance(event, ToolCall):
+            self.tool = f"{event.name}: {event.summary}"
+        elif isinstance(event, Text) and event.text.strip():
+            self.text.extend(line for line in event.text.strip().splitlines() if line.strip())
+        elif isinstance(event, Usage):
+            self.usage = Usage(
+                input_tokens=self.usage.input_tokens + event.input_tokens,
+                output_tokens=self.usage.output_tokens + event.output_tokens,
+                cached_tokens=self.usage.cached_tokens + event.cached_tokens,
+                cost_usd=None
+                if event.cost_usd is None and self.usage.cost_usd is None
+                else (self.usage.cost_usd or 0.0) + (event.cost_usd or 0.0),
+            )
+        elif isinstance(event, Error):
+            self.text.append(f"error: {event.message}")
+
+    def render(self) -> RenderableType:
+        from rich.panel import Panel
+        from rich.text import Text as RichText
+
+        elapsed = int(time.monotonic() - self.t0)
+        head = (
+            f"iteration {self.i}/{self.n} · {elapsed // 60:02d}:{elapsed % 60:02d} · "
+            f"tokens {tokens(self.usage.input_tokens)} in / {tokens(self.usage.output_tokens)} out"
+            f" · {cost(self.usage.cost_usd)}"
+        )
+        body = RichText(head, style="bold")
+        body.append("\n→ " + (self.tool or "(no tool call yet)"), style="cyan")
+        for line in self.text:
+            body.append("\n  " + line[:200], style="dim")
+        return Panel(body, title=f"so · {self.sandbox_id}", title_align="left")
+
+    def iteration_ended(self, record: IterationRecord, n: int) -> None:
+        self._stop()
+        self.console.print(summary_line(record), markup=False, highlight=False)
+
+    def note(self, message: str) -> None:
+        if message.startswith("interrupted"):
+            self._stop()  # leave the terminal clean before the process exits
+        self.console.print(f"so: {message}", markup=False, highlight=False)
+
+    def run_ended(self, result: LoopResult) -> None:
+        from rich.table import Table
+
+        self._stop()
+        if not result.iterations:
+            return
+        table = Table(title=f"{result.outcome}: {result.message}", title_justify="left")
+        for name in TABLE_HEADER:
+            table.add_column(name, justify="right")
+        for row in table_rows(result.iterations):
+            table.add_row(*row)
+        self.console.print(table)
+
+    def close(self) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
