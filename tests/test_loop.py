@@ -187,3 +187,16 @@ def test_files_changed_counted(tmp_path: Path) -> None:
     body = "echo a > a.txt; echo b > b.txt; git add -A; git commit -qm two\n"
     _, result = run_loop(tmp_path, body, iterations=1)
     assert result.iterations[0].files_changed == 2
+
+
+def test_a_crashing_parser_keeps_lines_raw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sono.harnesses.custom import CustomParser
+
+    def boom(self: CustomParser, line: str) -> list[object]:
+        raise RuntimeError("parser bug")
+
+    monkeypatch.setattr(CustomParser, "feed", boom)
+    sb, result = run_loop(tmp_path, 'echo "hello"\n' + COMMIT_ONE, iterations=1)
+    assert result.iterations[0].commits
+    events = (sb.store.iteration_dir(sb.record.id, 1) / "events.jsonl").read_text()
+    assert '"kind": "raw"' in events and "hello" in events

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from sono import specs
-from sono.events import Event, Usage, dumps
-from sono.harnesses.base import AgentOptions, Harness
+from sono.events import Event, Raw, Usage, dumps
+from sono.harnesses.base import AgentOptions, EventParser, Harness
 from sono.sandbox import Sandbox
 from sono.state import BLOCKED, DONE, FAILED, RUNNING, STOPPED, IterationRecord, now_iso
 from sono.workspace import read_workspace_file
@@ -324,7 +324,7 @@ class Loop:
             def on_line(line: str) -> None:
                 nonlocal count
                 _write(raw, line)
-                for event in parser.feed(line):
+                for event in _parse(parser, line):
                     count += 1
                     if isinstance(event, Usage):
                         self._tally.add(event)
@@ -350,3 +350,11 @@ class Loop:
 def _write(fh: IO[str], line: str) -> None:
     fh.write(line + "\n")
     fh.flush()
+
+
+def _parse(parser: EventParser, line: str) -> list[Event]:
+    """A parser bug must never cost the user an iteration: keep the line raw instead."""
+    try:
+        return parser.feed(line)
+    except Exception:  # noqa: BLE001 - any parser failure degrades to a raw line
+        return [Raw(line=line)]
