@@ -356,5 +356,5 @@ def _parse(parser: EventParser, line: str) -> list[Event]:
     """A parser bug must never cost the user an iteration: keep the line raw instead."""
     try:
         return parser.feed(line)
-    except Exception:  # noqa: BLE001 - any parser failure degrades to a raw line
+    except Exception:  # any parser failure degrades to a raw line
         return [Raw(line=line)]
