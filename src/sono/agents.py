@@ -93,7 +93,11 @@ def _interpreter(path: Path) -> Path | None:
 
 
 def installed_version(agents_dir: Path, name: str, pkg: NpmPackage) -> str | None:
-    manifest = agents_dir / name / "node_modules" / pkg.name / "package.json"
+    return _manifest_version(agents_dir / name, pkg.name)
+
+
+def _manifest_version(prefix: Path, package: str) -> str | None:
+    manifest = prefix / "node_modules" / package / "package.json"
     try:
         version = json.loads(manifest.read_text()).get("version")
     except (OSError, ValueError):
@@ -101,10 +105,21 @@ def installed_version(agents_dir: Path, name: str, pkg: NpmPackage) -> str | Non
     return version if isinstance(version, str) else None
 
 
+def _complete(agents_dir: Path, name: str, pkg: NpmPackage) -> bool:
+    """The pinned package and every pinned extra (``name@version``) are in the prefix."""
+    if installed_version(agents_dir, name, pkg) != pkg.version:
+        return False
+    for spec in pkg.extra:
+        extra, _, version = spec.rpartition("@")
+        if _manifest_version(agents_dir / name, extra) != version:
+            return False
+    return True
+
+
 def install(name: str, pkg: NpmPackage, agents_dir: Path) -> Path:
     """npm-install ``pkg`` at its pinned version into the agents dir (no-op when present)."""
     path = installed_bin(agents_dir, name, pkg)
-    if path.exists() and installed_version(agents_dir, name, pkg) == pkg.version:
+    if path.exists() and _complete(agents_dir, name, pkg):
         return path
     npm = shutil.which("npm")
     if npm is None:
@@ -129,7 +144,23 @@ def install(name: str, pkg: NpmPackage, agents_dir: Path) -> Path:
     return path
 
 
+def bundled_node(path: Path) -> Path | None:
+    """The Node installed in the same npm prefix as ``path`` (``NpmPackage.extra``), if any."""
+    parts = path.parts
+    if "node_modules" not in parts:
+        return None
+    node = Path(*parts[: parts.index("node_modules")], "node_modules", ".bin", "node")
+    return node.resolve() if node.exists() else None
+
+
+def runner(path: Path) -> list[str]:
+    """How to run an installed script: with its bundled Node when there is one (never the
+    host's, which may be too old), else as it is (its shebang)."""
+    node = bundled_node(path)
+    return [str(node), str(path)] if node else [str(path)]
+
+
 def version(path: Path) -> str:
-    out = proc.run([str(path), "--version"], check=False, timeout=30)
+    out = proc.run([*runner(path), "--version"], check=False, timeout=30)
     text = (out.stdout or out.stderr).strip().splitlines()
     return text[0] if text else "unknown"

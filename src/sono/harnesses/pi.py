@@ -1,0 +1,402 @@
+"""pi (``@earendil-works/pi-coding-agent``): ``pi -p --mode json`` with the prompt on stdin.
+
+pi needs Node >= 22.19 while hosts often have Node 20, so ``so agents install pi`` puts
+a Node 22 binary (``node-linux-<arch>``) into pi's own prefix and the harness runs pi's
+entry script with it: ``[<prefix>/node_modules/.bin/node → real path, <pi cli.js>, …]``.
+The prefix is mounted read-only at the same path, so host paths work inside.
+
+pi ignores ``ANTHROPIC_BASE_URL`` (it passes each model's ``baseUrl`` to the SDK), and
+``models.json`` takes only literal URLs. So provisioning writes a tiny extension that
+re-points the built-in providers at ``$SO_PI_<FAMILY>_BASE_URL``; ``env`` sets those from
+``AgentOptions.endpoints`` and the argv loads the extension with ``-e`` when any is set.
+
+JSON mode shapes (pi 1.6.0, see the package's ``docs/json.md``), one object per line:
+
+- ``{"type":"session","id":…,"cwd":…}`` first; then ``agent_start``, ``turn_start`` …
+- ``{"type":"message_end","message":{"role":"assistant","content":[text|thinking|toolCall],
+  "usage":{"input","output","cacheRead","cacheWrite","cost":{"total"}},"stopReason",
+  "errorMessage"?}}``: the authoritative message, one per model request. ``message_update``
+  lines are streaming deltas of the same content and are skipped.
+- ``tool_execution_end`` with ``toolCallId``, ``result.content``, ``isError``.
+- ``auto_retry_start``/``auto_retry_end`` around retried requests; ``agent_end`` per attempt;
+  ``agent_settled`` once at the very end. pi exits 0 even when every request failed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from sono import agents
+from sono.events import (
+    Error,
+    Event,
+    FileChanged,
+    Raw,
+    Result,
+    SessionStarted,
+    Text,
+    Thinking,
+    ToolCall,
+    ToolResult,
+    Usage,
+    summarize,
+)
+from sono.harnesses.base import AgentOptions, EventParser, NpmPackage
+
+PI_VERSION = "1.6.0"
+NODE_VERSION = "22.23.5"  # pi 1.6.0 declares engines.node >= 22.19.0
+# npm publishes Node binaries per platform; a package for another cpu fails to install.
+_NODE_ARCH = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}
+NODE_PACKAGE = f"node-linux-{_NODE_ARCH.get(platform.machine().lower(), 'x64')}"
+
+ENV_PREFIXES = (
+    "PI_",
+    "ANTHROPIC_",
+    "OPENAI_",
+    "AZURE_OPENAI_",
+    "GEMINI_",
+    "OPENROUTER_",
+    "MISTRAL_",
+    "GROQ_",
+    "XAI_",
+    "DEEPSEEK_",
+)
+# Host paths that mean nothing inside the sandbox (HOME there is a fresh tmpfs).
+HOST_PATH_VARS = frozenset({"PI_CODING_AGENT_DIR", "PI_CODING_AGENT_SESSION_DIR", "PI_PACKAGE_DIR"})
+# Transcripts, logs and downloaded host binaries: not settings or credentials.
+SKIP_IN_AGENT_DIR = frozenset({"sessions", "bin", "tools", "pi-debug.log"})
+
+ENDPOINT_ENV = {"anthropic": "SO_PI_ANTHROPIC_BASE_URL", "openai": "SO_PI_OPENAI_BASE_URL"}
+EXTENSION_PATH = ".pi/so/endpoints.js"  # under HOME; pi expands "~/" in -e paths
+EXTENSION_SOURCE = """\
+// Written by so: points pi's built-in providers at the model endpoints so was given.
+// pi passes each model's baseUrl to the SDK, so ANTHROPIC_BASE_URL alone is ignored.
+export default function (pi) {
+  const routes = { anthropic: "SO_PI_ANTHROPIC_BASE_URL", openai: "SO_PI_OPENAI_BASE_URL" };
+  for (const [provider, variable] of Object.entries(routes)) {
+    const baseUrl = process.env[variable];
+    if (baseUrl) pi.registerProvider(provider, { baseUrl });
+  }
+}
+"""
+
+
+def bundled_node(executable: str) -> str | None:
+    """The Node installed next to pi in its prefix (``NpmPackage.extra``), if any."""
+    node = agents.bundled_node(Path(executable))
+    return str(node) if node else None
+
+
+def pi_command(executable: str | None, node: str | None) -> list[str]:
+    """How to start pi: with the bundled Node when there is one, never the host's."""
+    if executable is None:
+        return ["pi"]
+    return [node, executable] if node else [executable]
+
+
+def pi_flags(opts: AgentOptions) -> list[str]:
+    args: list[str] = []
+    if any(opts.endpoints.get(family) for family in ENDPOINT_ENV):
+        args += ["-e", f"~/{EXTENSION_PATH}"]
+    if opts.model:
+        args += ["--model", opts.model]
+    if opts.effort:
+        args += ["--thinking", opts.effort]
+    return args
+
+
+class PiHarness:
+    name: ClassVar[str] = "pi"
+    efforts: ClassVar[tuple[str, ...]] = (
+        "off",
+        "minimal",
+        "low",
+        "medium",
+        "high",
+        "xhigh",
+        "max",
+    )
+    npm: ClassVar[NpmPackage | None] = NpmPackage(
+        "@earendil-works/pi-coding-agent",
+        PI_VERSION,
+        "pi",
+        extra=(f"{NODE_PACKAGE}@{NODE_VERSION}",),
+    )
+
+    def executable_name(self, opts: AgentOptions) -> str | None:
+        return "pi"
+
+    def _command(self, opts: AgentOptions) -> list[str]:
+        node = bundled_node(opts.executable) if opts.executable else None
+        return pi_command(opts.executable, node)
+
+    def unattended_argv(self, opts: AgentOptions) -> list[str]:
+        return [*self._command(opts), "-p", "--mode", "json", *pi_flags(opts)]
+
+    def interactive_argv(self, opts: AgentOptions, prompt: str | None) -> list[str]:
+        # "--" so a prompt starting with "-" is a message, not an option.
+        tail = ["--", prompt] if prompt else []
+        return [*self._command(opts), *pi_flags(opts), *tail]
+
+    def env(self, host_env: Mapping[str, str], opts: AgentOptions) -> dict[str, str]:
+        env = {
+            k: v
+            for k, v in host_env.items()
+            if k.startswith(ENV_PREFIXES) and k not in HOST_PATH_VARS
+        }
+        for family, var in ENDPOINT_ENV.items():
+            if opts.endpoints.get(family):
+                env[var] = opts.endpoints[family]
+        # Each iteration is a fresh process: no catalog refresh, version check or telemetry.
+        env.setdefault("PI_OFFLINE", "1")
+        env.setdefault("PI_SKIP_VERSION_CHECK", "1")
+        env.setdefault("PI_TELEMETRY", "0")
+        return env
+
+    def provision(self, *, home_seed: Path, host_home: Path) -> list[str]:
+        copied: list[str] = []
+        src = host_home / ".pi" / "agent"
+        if src.is_dir():
+            _copy_agent_dir(src, home_seed / ".pi" / "agent")
+            copied.append("~/.pi/agent")
+        extension = home_seed / EXTENSION_PATH
+        extension.parent.mkdir(parents=True, exist_ok=True)
+        extension.write_text(EXTENSION_SOURCE)
+        return copied
+
+    def parser(self) -> EventParser:
+        return PiJsonParser()
+
+
+def _copy_agent_dir(src: Path, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for child in src.iterdir():
+        if child.name in SKIP_IN_AGENT_DIR or child.is_symlink():
+            continue
+        if child.is_dir():
+            shutil.copytree(child, dest / child.name, dirs_exist_ok=True, symlinks=True)
+        else:
+            shutil.copy2(child, dest / child.name)
+
+
+# --- the parser ---------------------------------------------------------------------
+
+# Tools whose ``path`` argument names the file they write.
+FILE_TOOLS = frozenset({"edit", "write"})
+FAILED_STOPS = frozenset({"error", "aborted"})
+# Known lines that carry nothing the normalized events need (deltas, bookkeeping).
+QUIET = frozenset(
+    {
+        "agent_start",
+        "agent_end",
+        "turn_start",
+        "turn_end",
+        "message_start",
+        "message_update",
+        "tool_execution_start",
+        "tool_execution_update",
+        "queue_update",
+        "entry_appended",
+        "session_info_changed",
+        "thinking_level_changed",
+        "compaction_start",
+        "summarization_retry_scheduled",
+        "summarization_retry_attempt_start",
+        "summarization_retry_finished",
+    }
+)
+
+
+class PiJsonParser:
+    """Turns ``pi --mode json`` lines into :mod:`sono.events`; never raises."""
+
+    def __init__(self) -> None:
+        self._errors: set[str] = set()
+        self._paths: dict[str, str] = {}  # tool call id → file an edit/write targets
+        self._turns = 0
+        self._text = ""
+        self._stop = ""
+        self._handlers: dict[str, Callable[[dict[str, Any]], list[Event]]] = {
+            "session": _session,
+            "message_end": self._message_end,
+            "tool_execution_end": self._tool_end,
+            "auto_retry_start": _retry_start,
+            "auto_retry_end": _retry_end,
+            "compaction_end": _compaction_end,
+            "extension_error": _extension_error,
+            "agent_settled": self._settled,
+        }
+
+    def feed(self, line: str) -> list[Event]:
+        if not isinstance(line, str):  # callers are typed, but a crash here would lose a run
+            return [Raw(line=repr(line))]
+        text = line.strip()
+        if not text:
+            return []
+        try:
+            obj = json.loads(text)
+            events = self._dispatch(obj) if isinstance(obj, dict) else None
+        except Exception:  # a parser bug must degrade to Raw, never kill the run
+            events = None
+        if events is None:
+            return [Raw(line=line.rstrip("\n"))]
+        return self._dedupe_errors(events)
+
+    def _dispatch(self, obj: dict[str, Any]) -> list[Event] | None:
+        kind = obj.get("type")
+        if not isinstance(kind, str):
+            return None
+        if kind in QUIET:
+            return []
+        handler = self._handlers.get(kind)
+        return handler(obj) if handler else None
+
+    def _dedupe_errors(self, events: list[Event]) -> list[Event]:
+        """pi repeats a failed request's error on every retry and at the end; say it once."""
+        kept: list[Event] = []
+        for event in events:
+            if isinstance(event, Error):
+                if event.message in self._errors:
+                    continue
+                self._errors.add(event.message)
+            kept.append(event)
+        return kept
+
+    def _message_end(self, obj: dict[str, Any]) -> list[Event]:
+        message = _dict(obj.get("message"))
+        if message.get("role") != "assistant":
+            return []  # user prompt, system prompt and tool results echo what we know
+        events: list[Event] = []
+        texts: list[str] = []
+        for block in _blocks(message.get("content")):
+            events.extend(self._block(block, texts))
+        events.extend(_usage(_dict(message.get("usage"))))
+        stop = _str(message.get("stopReason"))
+        if stop in FAILED_STOPS:
+            events.append(Error(message=_str(message.get("errorMessage")) or f"request {stop}"))
+        self._turns += 1
+        self._stop = stop
+        self._text = "\n".join(texts) or self._text
+        return events
+
+    def _block(self, block: dict[str, Any], texts: list[str]) -> list[Event]:
+        kind = block.get("type")
+        if kind == "text":
+            text = _str(block.get("text"))
+            texts.append(text)
+            return [Text(text=text)] if text else []
+        if kind == "thinking":
+            redacted = block.get("redacted") is True
+            return [Thinking(text="[redacted]" if redacted else _str(block.get("thinking")))]
+        if kind == "toolCall":
+            return self._tool_call(block)
+        return [Raw(line=json.dumps(block, ensure_ascii=False))]
+
+    def _tool_call(self, block: dict[str, Any]) -> list[Event]:
+        name, call_id = _str(block.get("name")), _str(block.get("id"))
+        args = block.get("arguments")
+        path = _dict(args).get("path")
+        if name in FILE_TOOLS and isinstance(path, str) and path:
+            self._paths[call_id] = path
+        return [ToolCall(name=name, summary=summarize(args), call_id=call_id)]
+
+    def _tool_end(self, obj: dict[str, Any]) -> list[Event]:
+        call_id = _str(obj.get("toolCallId"))
+        ok = obj.get("isError") is not True
+        result = _dict(obj.get("result"))
+        events: list[Event] = [
+            ToolResult(call_id=call_id, ok=ok, summary=summarize(_text_of(result.get("content"))))
+        ]
+        path = self._paths.pop(call_id, None)
+        if ok and path:
+            events.append(FileChanged(path=path))  # only edits that actually happened
+        return events
+
+    def _settled(self, obj: dict[str, Any]) -> list[Event]:
+        aborted = obj.get("aborted") is True
+        ok = not aborted and self._turns > 0 and self._stop not in FAILED_STOPS
+        events: list[Event] = [Error(message="pi run aborted")] if aborted else []
+        return [*events, Result(ok=ok, text=self._text, num_turns=self._turns)]
+
+
+def _session(obj: dict[str, Any]) -> list[Event]:
+    return [SessionStarted(session_id=_str(obj.get("id")))]
+
+
+def _retry_start(obj: dict[str, Any]) -> list[Event]:
+    # Retries back off for seconds: surface them, or a run looks hung.
+    delay = _num(obj.get("delayMs")) or 0.0
+    message = (
+        f"API retry {obj.get('attempt')}/{obj.get('maxAttempts')} in {delay / 1000:g}s: "
+        f"{_str(obj.get('errorMessage'))}"
+    )
+    return [Error(message=message.strip())]
+
+
+def _retry_end(obj: dict[str, Any]) -> list[Event]:
+    if obj.get("success") is True:
+        return []
+    return [Error(message=_str(obj.get("finalError")) or "request failed after retries")]
+
+
+def _compaction_end(obj: dict[str, Any]) -> list[Event]:
+    error = _str(obj.get("errorMessage"))
+    return [Error(message=f"compaction failed: {error}")] if error else []
+
+
+def _extension_error(obj: dict[str, Any]) -> list[Event]:
+    where = _str(obj.get("extensionPath"))
+    return [Error(message=f"extension {where}: {_str(obj.get('error'))}")]
+
+
+def _usage(usage: dict[str, Any]) -> list[Event]:
+    """One Usage per model request; the loop sums them. Failed requests report zeros."""
+    cost = _dict(usage.get("cost"))
+    event = Usage(
+        # Cache writes are billed as fresh input; cache reads are the "cached" share.
+        input_tokens=_int(usage.get("input")) + _int(usage.get("cacheWrite")),
+        output_tokens=_int(usage.get("output")),
+        cached_tokens=_int(usage.get("cacheRead")),
+        cost_usd=_num(cost.get("total")),
+    )
+    empty = not (event.input_tokens or event.output_tokens or event.cached_tokens)
+    return [] if empty and not event.cost_usd else [event]
+
+
+def _text_of(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(_str(b.get("text")) for b in _blocks(content) if b.get("type") == "text")
+
+
+def _blocks(content: object) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, dict)]
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _num(value: object) -> float | None:
+    """A finite number, else None; json.loads happily yields NaN, Infinity and bools."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _int(value: object) -> int:
+    return int(_num(value) or 0)
