@@ -35,6 +35,13 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
         "ANTHROPIC_BASE_URL",
         "ANTHROPIC_AUTH_TOKEN",
         "CLAUDE_CODE_OAUTH_TOKEN",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "CODEX_API_KEY",
+        "SO_EFFORT",
+        "SO_MODEL",
+        "SO_MAX_COST",
+        "SO_MAX_TOKENS",
     ):
         monkeypatch.delenv(var, raising=False)
     before = _snapshot(real_home)
@@ -43,7 +50,14 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
 
 
 def _snapshot(home: Path) -> set[str]:
-    watched = [home / ".config" / "so", home / ".local" / "state" / "so", home / ".claude"]
+    watched = [
+        home / ".config" / "so",
+        home / ".local" / "state" / "so",
+        home / ".claude",
+        home / ".codex",
+        home / ".pi",
+        home / ".config" / "opencode",
+    ]
     return {str(p) for w in watched if w.exists() for p in w.rglob("*")}
 
 

@@ -60,7 +60,7 @@ def plan_reply(body: object) -> Reply:
     prompt = first_user_text(body.get("messages"))
     tool = shell_tool_name(body.get("tools"))
     if tool is None:
-        return Reply(side_reply_text(body), sleep_s=_sleep_seconds(prompt))
+        return Reply(side_reply_text(body), sleep_s=sleep_seconds(prompt))
     return decide(prompt, tool, count_tool_results(body.get("messages")))
 
 
@@ -68,7 +68,7 @@ def decide(prompt: str, tool: str, done: int) -> Reply:
     """The scenario, API-neutral: ``prompt`` is the conversation's first user text, ``tool``
     the agent's shell tool, ``done`` how many tool results the conversation already has.
     Every wire format (Messages, Responses, Chat Completions) extracts these and calls this."""
-    sleep_s = _sleep_seconds(prompt)
+    sleep_s = sleep_seconds(prompt)
     scripts = scripts_in(prompt)
     if not scripts:
         return Reply(NOTHING_TEXT, sleep_s=sleep_s)
@@ -178,7 +178,7 @@ def count_tool_results(messages: object) -> int:
     return count
 
 
-def _sleep_seconds(prompt: str) -> float:
+def sleep_seconds(prompt: str) -> float:
     match = _SLEEP_RE.search(prompt)
     return min(float(match.group(1)), MAX_SLEEP_S) if match else 0.0
 
