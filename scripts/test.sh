@@ -15,7 +15,25 @@ if ! command -v npm >/dev/null 2>&1; then
   fi
 fi
 export SO_AGENTS_DIR="$root/.cache/agents"
-.venv/bin/so agents install claude jscpd  # pinned versions; a no-op when already there
+.venv/bin/so agents install claude codex pi jscpd  # pinned versions; no-op when present
+
+# Docker parity tests: an engine and the offline base image (kept between runs). Without
+# root (or a running engine) they are skipped, and pytest says why.
+if [ "$(id -u)" = 0 ]; then
+  if ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; then
+    echo "test.sh: installing docker.io and debootstrap" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io debootstrap >/dev/null
+  fi
+  ping_docker() { .venv/bin/python -c 'import docker; docker.from_env().ping()' >/dev/null 2>&1; }
+  if ! ping_docker; then
+    echo "test.sh: starting dockerd (log: /tmp/so-dockerd.log)" >&2
+    (dockerd >/tmp/so-dockerd.log 2>&1 &)
+    for _ in $(seq 60); do ping_docker && break; sleep 1; done
+  fi
+  if ping_docker && ! .venv/bin/so image list | grep -q '^so-base:bookworm '; then
+    .venv/bin/so image bootstrap
+  fi
+fi
 .venv/bin/ruff check src tests
 .venv/bin/mypy
 .venv/bin/pytest "$@"

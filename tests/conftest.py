@@ -27,7 +27,6 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
     monkeypatch.setenv("SO_AGENTS_DIR", str(AGENTS_CACHE))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     for var in (
-        "SANDBOX",
         "SO_HARNESS",
         "SO_ITERATIONS",
         "SO_SANDBOX",
@@ -44,6 +43,8 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
         "SO_MAX_TOKENS",
     ):
         monkeypatch.delenv(var, raising=False)
+    # Unit and most integration tests pin bwrap; Docker parity tests ask for `backend`.
+    monkeypatch.setenv("SANDBOX", "bwrap")
     before = _snapshot(real_home)
     yield home
     assert _snapshot(real_home) == before, "a test wrote to the real home directory"
@@ -106,3 +107,31 @@ def claude_env(claude_bin: Path, model_server: ModelServer) -> dict[str, str]:
         "ANTHROPIC_API_KEY": "sk-test-placeholder",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }
+
+
+@pytest.fixture(scope="session")
+def docker_ready() -> str:
+    """A Docker engine and the offline base image (`so image bootstrap`); scripts/test.sh
+    prepares both. Skipped, with the reason shown, where no engine can answer."""
+    from sono.backends.docker import DockerBackend
+    from sono.errors import SoError
+    from sono.images import BOOTSTRAP_REPO, DEFAULT_SUITE
+
+    backend = DockerBackend()
+    try:
+        images = backend.images()
+    except SoError as exc:
+        pytest.skip(f"Docker parity tests need an engine: {exc}")
+    base = f"{BOOTSTRAP_REPO}:{DEFAULT_SUITE}"
+    if not images.exists(base):
+        pytest.skip(f"Docker parity tests need the offline base image {base}: so image bootstrap")
+    images.ensure(backend.runner_spec(), lambda line: None)
+    return base
+
+
+@pytest.fixture(params=["bwrap", "docker"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Run a scenario on each backend (parity)."""
+    if request.param == "docker":
+        request.getfixturevalue("docker_ready")
+    return str(request.param)

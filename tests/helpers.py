@@ -11,7 +11,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 AGENTS_CACHE = Path(os.environ.get("SO_TEST_AGENTS_DIR", REPO / ".cache" / "agents"))
 SO = str(Path(sys.executable).parent / "so")
-IDENT = ["-c", "user.name=Test User", "-c", "user.email=test@example.invalid"]
+IDENT = [
+    "-c",
+    "user.name=Test User",
+    "-c",
+    "user.email=test@example.invalid",
+    "-c",
+    "safe.directory=*",
+]  # Docker workspaces belong to the container user
 
 
 def git(repo: Path, *args: str) -> str:

@@ -79,7 +79,7 @@ def config_error(
 
 def test_defaults_when_nothing_is_configured(home: Path, project: Path) -> None:
     config = load(home, project)
-    assert (config.harness, config.iterations, config.sandbox) == ("claude", 10, "bwrap")
+    assert (config.harness, config.iterations, config.sandbox) == ("claude", 10, "auto")
     assert (config.model, config.effort, config.agent_cmd) == (None, None, None)
     assert config.iteration_timeout == 1800.0
     assert (config.no_progress_limit, config.commit_retries) == (3, 3)
@@ -168,6 +168,7 @@ bwrap = "/usr/bin/bwrap"
 pager = "less -R"
 max_cost = 2.5
 max_tokens = 100000
+docker_base = "so-base:bookworm"
 """,
     )
     config = load(home)

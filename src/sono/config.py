@@ -61,6 +61,7 @@ class Config:
     exclude: tuple[str, ...]
     bwrap: str | None
     pager: str | None
+    docker_base: str | None
     max_cost: float | None
     max_tokens: int | None
     sources: Mapping[str, Setting]
@@ -217,7 +218,14 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
         ),
         _Spec("iterations", 10, _int_at_least(1), "an integer >= 1", 10, ("SO_ITERATIONS",)),
         # SANDBOX is seed A's variable; SO_SANDBOX wins when both are set.
-        _Spec("sandbox", "bwrap", _text, "a non-empty string", "bwrap", ("SANDBOX", "SO_SANDBOX")),
+        _Spec(
+            "sandbox",
+            "auto",
+            _choice(("auto", "bwrap", "docker", "microvm")),
+            "one of auto, bwrap, docker, microvm",
+            "docker",
+            ("SANDBOX", "SO_SANDBOX"),
+        ),
         _Spec("model", None, _optional_text, "a string", "opus", ("SO_MODEL",)),
         _Spec("effort", None, _optional_text, "a string", "high", ("SO_EFFORT",)),
         _Spec(
@@ -255,6 +263,14 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
         ),
         _Spec("bwrap", None, _optional_text, "a path string", "/usr/bin/bwrap", ("SO_BWRAP",)),
         _Spec("pager", None, _optional_text, "a command-line string", "less -R"),
+        _Spec(
+            "docker_base",
+            None,
+            _optional_text,
+            "an image reference",
+            "debian:bookworm-slim",
+            ("SO_DOCKER_BASE",),
+        ),
         _Spec(
             "max_cost",
             None,
@@ -396,6 +412,7 @@ def _build(settings: Mapping[str, Setting]) -> Config:
         exclude=get("exclude", tuple),
         bwrap=opt("bwrap"),
         pager=opt("pager"),
+        docker_base=opt("docker_base"),
         max_cost=None if settings["max_cost"].value is None else get("max_cost", float),
         max_tokens=None if settings["max_tokens"].value is None else get("max_tokens", int),
         sources=MappingProxyType(dict(settings)),

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sono.backends import get_backend
+from sono.backends import BackendSettings, get_backend
 from sono.backends.base import Backend, Mount, SandboxSpec
 from sono.state import CREATED, SandboxRecord, Store, now_iso
 from sono.workspace import (
@@ -57,7 +57,11 @@ class Sandbox:
     def spec(self) -> SandboxSpec:
         mounts = tuple(Mount(Path(src), dest) for src, dest in self.record.mounts)
         return SandboxSpec(
-            id=self.record.id, workspace=self.work, home_seed=self.home_seed, mounts=mounts
+            id=self.record.id,
+            workspace=self.work,
+            home_seed=self.home_seed,
+            mounts=mounts,
+            project=Path(self.record.project),
         )
 
     @property
@@ -141,9 +145,9 @@ def create_sandbox(
         return sandbox
 
 
-def open_sandbox(store: Store, ref: str, *, bwrap: str | None = None) -> Sandbox:
+def open_sandbox(store: Store, ref: str, settings: BackendSettings | None = None) -> Sandbox:
     record = store.resolve(ref)
-    return Sandbox(record, store, get_backend(record.backend, bwrap=bwrap))
+    return Sandbox(record, store, get_backend(record.backend, settings))
 
 
 def remove_sandbox(sandbox: Sandbox) -> None:

@@ -134,8 +134,8 @@ def test_outside_a_repo(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["run", "-s", "docker"], "not supported yet"),
-        (["run", "-s", "vmware"], "unknown sandbox"),
+        (["run", "-s", "microvm"], "not supported yet"),
+        (["run", "-s", "vmware"], "sandbox"),
         (["run", "-H", "aider"], "harness"),
         (["run", "-H", "claude", "-e", "ludicrous"], "not valid for claude"),
         (["run", "-i", "0"], "iterations"),
@@ -176,5 +176,5 @@ def test_doctor_reports_bwrap_and_network(repo: Path) -> None:
 
 
 def test_doctor_fails_for_unavailable_backend(repo: Path) -> None:
-    out = so("doctor", "-s", "docker", cwd=repo)
+    out = so("doctor", "-s", "microvm", cwd=repo)
     assert out.returncode == 1

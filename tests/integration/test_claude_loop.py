@@ -46,10 +46,14 @@ def sandboxes(repo: Path) -> list[dict[str, object]]:
     return data
 
 
-def test_three_iterations_then_merge(tmp_path: Path, claude_env: dict[str, str]) -> None:
+def test_three_iterations_then_merge(
+    tmp_path: Path, claude_env: dict[str, str], backend: str
+) -> None:
     repo = spec_repo(tmp_path, DO_ITEM)
     before = tree_snapshot(repo)
-    out = so("run", "-H", "claude", "-i", "5", "--yes", "--json", cwd=repo, env=claude_env)
+    out = so(
+        "run", "-s", backend, "-H", "claude", "-i", "5", "--yes", "--json", cwd=repo, env=claude_env
+    )
     assert out.returncode == 0, out.stderr
     lines = [json.loads(x) for x in out.stdout.splitlines()]
     summary = lines[-1]
@@ -96,9 +100,9 @@ def test_three_iterations_then_merge(tmp_path: Path, claude_env: dict[str, str])
     assert not (records / sid).exists()
 
 
-def test_agent_that_never_commits(tmp_path: Path, claude_env: dict[str, str]) -> None:
+def test_agent_that_never_commits(tmp_path: Path, claude_env: dict[str, str], backend: str) -> None:
     repo = spec_repo(tmp_path, 'echo "work" > wip.txt', plan="- [ ] one\n")
-    out = so("run", "--yes", "--json", cwd=repo, env=claude_env)
+    out = so("run", "-s", backend, "--yes", "--json", cwd=repo, env=claude_env)
     summary = json.loads(out.stdout.splitlines()[-1])
     rec = summary["iterations"][0]
     assert rec["commit_retries"] == 3 and rec["auto_committed"] is True
@@ -107,11 +111,13 @@ def test_agent_that_never_commits(tmp_path: Path, claude_env: dict[str, str]) ->
     assert git(work, "status", "--porcelain") == ""
 
 
-def test_hanging_agent_is_killed_with_its_tree(tmp_path: Path, claude_env: dict[str, str]) -> None:
+def test_hanging_agent_is_killed_with_its_tree(
+    tmp_path: Path, claude_env: dict[str, str], backend: str
+) -> None:
     sleep = unique_sleep()
     repo = spec_repo(tmp_path, f"{sleep} & {sleep}", plan="- [ ] one\n")
     start = time.monotonic()
-    out = so("run", "--yes", "--json", "--timeout", "8s", cwd=repo, env=claude_env)
+    out = so("run", "-s", backend, "--yes", "--json", "--timeout", "8s", cwd=repo, env=claude_env)
     assert time.monotonic() - start < 60
     summary = json.loads(out.stdout.splitlines()[-1])
     assert summary["iterations"][0]["timed_out"] is True
@@ -121,13 +127,13 @@ def test_hanging_agent_is_killed_with_its_tree(tmp_path: Path, claude_env: dict[
 
 
 def test_sigint_stops_cleanly_and_continue_works(
-    tmp_path: Path, claude_env: dict[str, str]
+    tmp_path: Path, claude_env: dict[str, str], backend: str
 ) -> None:
     sleep = unique_sleep()
     script = f"[ -f .slept ] || {{ touch .slept; {sleep}; }}\n" + DO_ITEM
     repo = spec_repo(tmp_path, script, plan="- [ ] one\n")
     proc = subprocess.Popen(
-        [SO, "run", "--yes", cwd_arg := "-i", "1"],
+        [SO, "run", "-s", backend, "--yes", cwd_arg := "-i", "1"],
         cwd=repo,
         env={**os.environ, **claude_env},
         stdout=subprocess.PIPE,
@@ -155,7 +161,7 @@ def test_sigint_stops_cleanly_and_continue_works(
 
 
 def test_agent_cannot_write_outside_the_workspace(
-    tmp_path: Path, claude_env: dict[str, str]
+    tmp_path: Path, claude_env: dict[str, str], backend: str
 ) -> None:
     outside = tmp_path / "outside.txt"
     script = (
@@ -166,7 +172,7 @@ def test_agent_cannot_write_outside_the_workspace(
     )
     repo = spec_repo(tmp_path, script, plan="- [ ] one\n")
     before = tree_snapshot(repo)
-    out = so("run", "--yes", "--json", cwd=repo, env=claude_env)
+    out = so("run", "-s", backend, "--yes", "--json", cwd=repo, env=claude_env)
     summary = json.loads(out.stdout.splitlines()[-1])
     assert not outside.exists()
     assert tree_snapshot(repo) == before
@@ -175,10 +181,12 @@ def test_agent_cannot_write_outside_the_workspace(
     assert probe.count("No such file") == 2
 
 
-def test_merge_conflict_restores_host(tmp_path: Path, claude_env: dict[str, str]) -> None:
+def test_merge_conflict_restores_host(
+    tmp_path: Path, claude_env: dict[str, str], backend: str
+) -> None:
     script = "echo sandbox > README.md; git commit -qam 'sandbox edit'"
     repo = spec_repo(tmp_path, script, plan="- [ ] one\n")
-    out = so("run", "--yes", "--json", cwd=repo, env=claude_env)
+    out = so("run", "-s", backend, "--yes", "--json", cwd=repo, env=claude_env)
     sid = json.loads(out.stdout.splitlines()[-1])["id"]
     (repo / "README.md").write_text("host\n")
     git(repo, "commit", "-qam", "host edit")

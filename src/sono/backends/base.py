@@ -36,6 +36,7 @@ class SandboxSpec:
     uid: int = 1000
     gid: int = 1000
     env: Mapping[str, str] = field(default_factory=dict)
+    project: Path | None = None  # the host project (trusted files like .so/Dockerfile)
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "install or list agent CLIs at pinned versions",
         "so agents install claude\n  so agents list",
     ),
+    "image": (
+        "the Docker runner image: build, list, rm; bootstrap an offline base image",
+        "so image bootstrap      # offline base from debootstrap (docker import)\n"
+        "  so image build\n  so image list\n  so image rm so-runner:1a2b3c4d5e6f7a8b",
+    ),
 }
 
 
@@ -83,7 +88,9 @@ def _global_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-i", "--iterations", type=int, default=s, help="number of iterations (default 10)"
     )
-    parser.add_argument("-s", "--sandbox", default=s, help="sandbox backend: bwrap (env SANDBOX)")
+    parser.add_argument(
+        "-s", "--sandbox", default=s, help="sandbox: auto (default), bwrap, docker (env SANDBOX)"
+    )
     parser.add_argument("-m", "--model", default=s, help="model override")
     parser.add_argument("-e", "--effort", default=s, help="reasoning effort, e.g. low/medium/high")
     parser.add_argument("--agent-cmd", default=s, help="command line of the custom harness")
@@ -157,6 +164,10 @@ def _command_flags(name: str, p: argparse.ArgumentParser) -> None:
             help="commit the squashed change (default: staged only)",
         )
         p.add_argument("--keep", action="store_true", help="keep the sandbox after merging")
+    _more_flags(name, p)
+
+
+def _more_flags(name: str, p: argparse.ArgumentParser) -> None:
     if name == "rm":
         p.add_argument("ids", nargs="*", help="sandbox ids")
         p.add_argument("--all", action="store_true", help="remove every sandbox")
@@ -170,6 +181,12 @@ def _command_flags(name: str, p: argparse.ArgumentParser) -> None:
             default="auto",
             help="claude CLI (installed via npm if needed) or the built-in scripted agent",
         )
+    if name == "image":
+        p.add_argument("action", choices=("build", "list", "rm", "bootstrap"))
+        p.add_argument("ref", nargs="*", help="images to remove (rm)")
+        p.add_argument("--suite", default="bookworm", help="Debian suite for bootstrap")
+        p.add_argument("--mirror", help="Debian mirror for bootstrap (default: debootstrap's)")
+        p.add_argument("--json", action="store_true", help="machine-readable list")
     if name == "agents":
         p.add_argument("action", choices=("install", "list"))
         p.add_argument("names", nargs="*", help="claude, jscpd")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sono import agents, specs
-from sono.backends import get_backend
+from sono.backends import BackendSettings, choose_auto, get_backend
 from sono.backends.base import Backend, Mount
 from sono.config import Config, load_config
 from sono.errors import SoError
@@ -148,12 +148,32 @@ def resolve_agent(
     )
 
 
-def backend_for(cfg: Config) -> Backend:
-    backend = get_backend(cfg.sandbox, bwrap=cfg.bwrap)
+def backend_settings(cfg: Config | None = None) -> BackendSettings:
+    def progress(line: str) -> None:
+        print(f"so: {line}", file=sys.stderr, flush=True)
+
+    if cfg is None:
+        return BackendSettings(progress=progress)
+    return BackendSettings(bwrap=cfg.bwrap, docker_base=cfg.docker_base, progress=progress)
+
+
+@dataclass(frozen=True)
+class ChosenBackend:
+    backend: Backend
+    why: str
+
+
+def backend_for(cfg: Config) -> ChosenBackend:
+    """The backend to create sandboxes on, checked to work here, and why it was chosen."""
+    settings = backend_settings(cfg)
+    name, why = cfg.sandbox, f"-s/SANDBOX/config: {cfg.sandbox}"
+    if name == "auto":
+        name, why = choose_auto(settings)
+    backend = get_backend(name, settings)
     health = backend.health()
     if not health.ok:
         raise SoError(f"{health.detail}; fix: {health.fix}")
-    return backend
+    return ChosenBackend(backend, why)
 
 
 def reporter(args: argparse.Namespace) -> Reporter:

@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         extra = (Mount(TESTING_DIR, MINI_AGENT_DEST),)
     cfg = c.config(flags, repo)
     agent = c.resolve_agent(cfg, extra_mounts=extra)
-    backend = c.backend_for(cfg)
+    backend = c.backend_for(cfg).backend
     host = inspect_host(repo)
     sandbox = create_sandbox(
         store=c.store(),

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from sono import agents, proc
-from sono.backends import BACKENDS, PLANNED, get_backend
+from sono.backends import BACKENDS, PLANNED, choose_auto, get_backend
 from sono.commands import _common as c
 from sono.errors import SoError
 from sono.harnesses import HARNESSES, available, harness_class
@@ -26,18 +26,19 @@ def line(ok: bool | None, what: str, detail: str) -> str:
 def run(args: argparse.Namespace) -> int:
     cfg = c.config(args, _project())
     out = [line(True, "so home", str(so_home(c.environ())))]
-    selected_ok = True
+    settings = c.backend_settings(cfg)
+    selected, why = cfg.sandbox, "set by -s/SANDBOX/config"
+    if selected == "auto":
+        selected, why = choose_auto(settings)
+    selected_ok = False
     for name in BACKENDS:
-        health = get_backend(name, bwrap=cfg.bwrap).health()
+        health = get_backend(name, settings).health()
         detail = health.detail + (f" — fix: {health.fix}" if health.fix else "")
         out.append(line(health.ok, f"backend {name}", detail))
-        if name == ("bwrap" if cfg.sandbox == "auto" else cfg.sandbox):
-            selected_ok = health.ok
+        selected_ok = selected_ok or (name == selected and health.ok)
     for name in PLANNED:
         out.append(line(None, f"backend {name}", "not supported yet"))
-    if cfg.sandbox not in BACKENDS and cfg.sandbox != "auto":
-        selected_ok = False
-        out.append(line(False, "selected sandbox", f"{cfg.sandbox!r} is not available"))
+    out.append(line(selected_ok, "selected sandbox", f"{selected} ({why})"))
     out.append(
         line(
             None,

@@ -34,7 +34,8 @@ def launch(
             action="start a sandbox",
             hint=", or pass --allow-dirty to snapshot them into the sandbox",
         )
-    backend = c.backend_for(cfg)
+    chosen = c.backend_for(cfg)
+    backend = chosen.backend
     agent = c.resolve_agent(cfg)
     hook = None
     if step:
@@ -58,7 +59,8 @@ def launch(
         c.reset_status(sandbox)
     if not getattr(args, "json", False):
         print(
-            f"so: sandbox {sandbox.record.id} · {backend.name} · agent {agent.description}\n"
+            f"so: sandbox {sandbox.record.id} · {backend.name} ({chosen.why}) · "
+            f"agent {agent.description}\n"
             f"    workspace {sandbox.work} (branch {sandbox.record.branch}); "
             "network: host (not yet restricted)",
             file=sys.stderr,

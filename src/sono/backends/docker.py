@@ -1,0 +1,362 @@
+"""Docker backend: one long-lived container per sandbox, each exec a ``docker exec`` as the
+unprivileged agent user, through the ``docker`` SDK (honours ``DOCKER_HOST``).
+
+Same contract and guarantees as bwrap: the workspace is the only writable host path, git
+objects and agent CLIs are mounted read-only at their host paths, credentials are copied
+into the container's home (never bind-mounted), no docker socket, no ``~/.ssh``. The
+network is still the host's in this release, as with bwrap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import shutil
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from sono import proc
+from sono.backends.base import Health, SandboxSpec
+from sono.errors import SoError
+from sono.images import Images, RunnerSpec, agent_ids
+
+LABEL = "so.sandbox"
+MOUNTS_LABEL = "so.mounts"
+PROMPT_PATH = "/tmp/so-prompt"
+PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+Progress = Callable[[str], None]
+
+
+def container_name(sandbox_id: str) -> str:
+    return f"so-{sandbox_id}"
+
+
+def mounts_key(spec: SandboxSpec, image: str) -> str:
+    text = "\n".join(
+        [image, str(spec.workspace), *(f"{m.src}:{m.dest}:{m.writable}" for m in spec.mounts)]
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def container_config(spec: SandboxSpec, image: str, *, gpus: bool) -> dict[str, Any]:
+    """``containers.create`` keyword arguments; pure, unit-tested."""
+    from docker.types import DeviceRequest, Mount
+
+    mounts = [Mount(target=spec.mount_point, source=str(spec.workspace), type="bind")]
+    mounts += [
+        Mount(target=m.dest, source=str(m.src), type="bind", read_only=not m.writable)
+        for m in spec.mounts
+    ]
+    config: dict[str, Any] = {
+        "image": image,
+        "name": container_name(spec.id),
+        "command": ["sleep", "infinity"],
+        "labels": {LABEL: spec.id, MOUNTS_LABEL: mounts_key(spec, image)},
+        "mounts": mounts,
+        "working_dir": spec.mount_point,
+        "hostname": f"so-{spec.id}",
+        "network_mode": "host",  # host network, as bwrap, until the network-policy release
+        "init": True,  # reap the zombies agents leave behind
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "detach": True,
+    }
+    if gpus:
+        config["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    return config
+
+
+def exec_env(spec: SandboxSpec, env: Mapping[str, str]) -> dict[str, str]:
+    return {
+        "HOME": "/home/agent",
+        "USER": "agent",
+        "LOGNAME": "agent",
+        "PATH": PATH,
+        "LANG": "C.UTF-8",
+        "TMPDIR": "/tmp",
+        "SO_SANDBOX_ID": spec.id,
+        **spec.env,
+        **env,
+    }
+
+
+def home_archive(seed: Path, uid: int, gid: int) -> bytes:
+    """A tar of the credential seed, owned by the agent user, for ``put_archive``."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path in sorted(seed.rglob("*")):
+            if path.is_symlink():
+                continue
+            info = tar.gettarinfo(str(path), arcname=str(path.relative_to(seed)))
+            info.uid, info.gid, info.uname, info.gname = uid, gid, "agent", "agent"
+            if path.is_file():
+                with path.open("rb") as fh:
+                    tar.addfile(info, fh)
+            else:
+                tar.addfile(info)
+    return buf.getvalue()
+
+
+def file_archive(name: str, data: bytes, uid: int, gid: int) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size, info.uid, info.gid, info.mode = len(data), uid, gid, 0o600
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class DockerBackend:
+    name: ClassVar[str] = "docker"
+
+    def __init__(
+        self,
+        *,
+        base: str | None = None,
+        project: Path | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        self._base = base
+        self._project = project
+        self._progress = progress or (lambda line: None)
+        self._client: Any = None
+        self.uid, self.gid = agent_ids()
+
+    # ---------------------------------------------------------------- engine and image
+
+    def client(self) -> Any:
+        if self._client is None:
+            import docker
+            import docker.errors
+
+            try:
+                client = docker.from_env(timeout=30)
+                client.ping()
+            except docker.errors.DockerException as exc:
+                where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+                raise SoError(
+                    f"no Docker engine answers at {where} ({_short(exc)}); start "
+                    "dockerd (or set DOCKER_HOST), or use -s bwrap"
+                ) from None
+            self._client = client
+        return self._client
+
+    def images(self) -> Images:
+        return Images(self.client())
+
+    def runner_spec(self, project: Path | None = None) -> RunnerSpec:
+        base = self._base or self.images().default_base()
+        return RunnerSpec(base=base, uid=self.uid, gid=self.gid, project=project or self._project)
+
+    def image_for(self, spec: SandboxSpec) -> str:
+        return self.images().ensure(self.runner_spec(spec.project), self._progress)
+
+    # ---------------------------------------------------------------- containers
+
+    def _find(self, spec: SandboxSpec) -> Any | None:
+        found = self.client().containers.list(all=True, filters={"label": f"{LABEL}={spec.id}"})
+        return found[0] if found else None
+
+    def create(self, *, spec: SandboxSpec) -> None:
+        spec.home_seed.mkdir(parents=True, exist_ok=True)
+        if (os.getuid(), os.getgid()) != (self.uid, self.gid):
+            # Root on the host: hand so's own copy to the unprivileged container user.
+            proc.run(["chown", "-R", f"{self.uid}:{self.gid}", str(spec.workspace)])
+        self._container(spec)
+
+    def _container(self, spec: SandboxSpec) -> Any:
+        """The running container for ``spec``: started, or recreated from the workspace
+        when it died, vanished or its mounts changed behind our back."""
+        image = self.image_for(spec)
+        container = self._find(spec)
+        if container is not None and container.labels.get(MOUNTS_LABEL) != mounts_key(spec, image):
+            container.remove(force=True)
+            container = None
+        if container is None:
+            config = container_config(spec, image, gpus=self._gpus())
+            container = self.client().containers.create(**config)
+            container.start()
+            self._seed_home(container, spec)
+        elif container.status != "running":
+            container.start()
+        return container
+
+    def _gpus(self) -> bool:
+        runtimes = self.client().info().get("Runtimes", {})
+        return "nvidia" in runtimes
+
+    def _seed_home(self, container: Any, spec: SandboxSpec) -> None:
+        container.put_archive("/home/agent", home_archive(spec.home_seed, self.uid, self.gid))
+
+    # ---------------------------------------------------------------- exec
+
+    def exec(
+        self,
+        *,
+        spec: SandboxSpec,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        stdin_text: str | None,
+        timeout: float | None,
+        on_line: Callable[[str], None],
+    ) -> proc.Streamed:
+        container = self._container(spec)
+        self._seed_home(container, spec)  # fresh copies of the credentials every run
+        command = list(argv)
+        if stdin_text is not None:
+            container.put_archive(
+                "/tmp",
+                file_archive("so-prompt", stdin_text.encode(), self.uid, self.gid),
+            )
+            command = ["sh", "-c", f'exec "$@" < {PROMPT_PATH}', "so-init", *argv]
+        api = self.client().api
+        exec_id = api.exec_create(
+            container.id,
+            command,
+            user=f"{self.uid}:{self.gid}",
+            environment=exec_env(spec, env),
+            workdir=spec.mount_point,
+        )["Id"]
+        stream = api.exec_start(exec_id, stream=True)
+        return self._follow(container, exec_id, stream, timeout, on_line)
+
+    def _follow(
+        self,
+        container: Any,
+        exec_id: str,
+        stream: Any,
+        timeout: float | None,
+        on_line: Callable[[str], None],
+    ) -> proc.Streamed:
+        start = time.monotonic()
+        reader = threading.Thread(target=_pump, args=(stream, on_line), daemon=True)
+        reader.start()
+        timed_out = False
+        try:
+            while reader.is_alive():
+                if timeout is not None and time.monotonic() - start >= timeout:
+                    timed_out = True
+                    self._kill_agent(container)
+                    break
+                reader.join(timeout=0.05)
+        except KeyboardInterrupt:
+            self._kill_agent(container)
+            reader.join(timeout=5)
+            raise
+        reader.join(timeout=10)
+        code = None if timed_out else self.client().api.exec_inspect(exec_id).get("ExitCode")
+        return proc.Streamed(
+            returncode=code,
+            timed_out=timed_out,
+            interrupted=False,
+            duration_s=time.monotonic() - start,
+        )
+
+    def _kill_agent(self, container: Any) -> None:
+        """Every process of the agent user dies: the whole tree, whatever it forked."""
+        with contextlib.suppress(Exception):
+            container.exec_run(
+                ["pkill", "-KILL", "-u", str(self.uid)], user=f"{self.uid}:{self.gid}"
+            )
+
+    def run(
+        self,
+        *,
+        spec: SandboxSpec,
+        argv: Sequence[str],
+        check: bool = True,
+        env: Mapping[str, str] | None = None,
+    ) -> proc.Completed:
+        container = self._container(spec)
+        result = container.exec_run(
+            list(argv),
+            user=f"{self.uid}:{self.gid}",
+            demux=True,
+            environment=exec_env(spec, env or {}),
+            workdir=spec.mount_point,
+        )
+        out, err = result.output
+        done = proc.Completed(
+            tuple(argv),
+            int(result.exit_code or 0),
+            (out or b"").decode(errors="replace"),
+            (err or b"").decode(errors="replace"),
+        )
+        if check and done.returncode != 0:
+            raise proc.CommandError(done)
+        return done
+
+    def shell(self, *, spec: SandboxSpec, argv: Sequence[str] = ()) -> int:
+        container = self._container(spec)
+        cli = shutil.which("docker")
+        if cli is None:
+            raise SoError("so shell on Docker needs the docker CLI on PATH (apt install docker.io)")
+        flags = ["-it"] if os.isatty(0) and os.isatty(1) else ["-i"]
+        env = exec_env(
+            spec, {"TERM": os.environ.get("TERM", "xterm"), "PS1": f"(so:{spec.id}) \\w\\$ "}
+        )
+        env_args = [a for k, v in env.items() for a in ("-e", f"{k}={v}")]
+        command = list(argv) or ["bash", "--norc", "-i"]
+        return proc.interactive(
+            [
+                cli,
+                "exec",
+                *flags,
+                "-u",
+                f"{self.uid}:{self.gid}",
+                "-w",
+                spec.mount_point,
+                *env_args,
+                container.id,
+                *command,
+            ]
+        )
+
+    def destroy(self, *, spec: SandboxSpec) -> None:
+        try:
+            container = self._find(spec)
+        except SoError:
+            return  # no engine: nothing of ours can be running there
+        if container is not None:
+            container.remove(force=True)
+
+    def health(self) -> Health:
+        try:
+            client = self.client()
+        except SoError as exc:
+            return Health(False, str(exc), "start the Docker engine, or use -s bwrap")
+        version = client.version().get("Version", "?")
+        spec = self.runner_spec()
+        images = self.images()
+        if images.exists(images.runner_tag(spec)):
+            return Health(True, f"engine {version}; runner image {images.runner_tag(spec)} ready")
+        if images.exists(spec.base):
+            return Health(True, f"engine {version}; runner image buildable from {spec.base}")
+        return Health(
+            True,
+            f"engine {version}; base {spec.base} not present locally (pulled "
+            "on first build; offline: `so image bootstrap`)",
+        )
+
+
+def _pump(stream: Any, on_line: Callable[[str], None]) -> None:
+    buffer = b""
+    with contextlib.suppress(Exception):
+        for chunk in stream:
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                on_line(line.decode(errors="replace"))
+    if buffer:
+        on_line(buffer.decode(errors="replace"))
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:160] if text else type(exc).__name__

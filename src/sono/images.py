@@ -1,0 +1,230 @@
+"""The Docker runner image: content-hashed builds, a project layer, an offline base.
+
+Tags: ``so-runner:<hash>`` (and ``so-runner:latest``, so a project ``.so/Dockerfile`` can say
+``FROM so-runner``), ``so-project-<slug>:<hash>`` for the project layer, ``so-base:<suite>``
+for the base ``so image bootstrap`` makes from a debootstrap rootfs. The hash covers
+everything that goes into a build, so an image is rebuilt only when one of them changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from sono import proc
+from sono.errors import SoError
+
+RUNNER_REPO = "so-runner"
+BOOTSTRAP_REPO = "so-base"
+DEFAULT_SUITE = "bookworm"
+FALLBACK_BASE = "debian:bookworm-slim"
+LABEL = "so.image"
+BOOTSTRAP_PACKAGES = ("ca-certificates", "git", "jq", "ripgrep", "nodejs", "procps", "bash", "less")
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+Progress = Callable[[str], None]
+
+
+def agent_ids() -> tuple[int, int]:
+    """The container user's uid/gid: the host user's, so workspace files keep their owner —
+    except for root, which gets an unprivileged 1000 (the workspace is chowned to it)."""
+    uid, gid = os.getuid(), os.getgid()
+    return (1000, 1000) if uid == 0 else (uid, gid)
+
+
+def dockerfile() -> str:
+    return resources.files("sono.runner").joinpath("Dockerfile").read_text()
+
+
+@dataclass(frozen=True)
+class RunnerSpec:
+    base: str
+    uid: int
+    gid: int
+    project: Path | None = None  # a project whose .so/Dockerfile is layered on top
+
+    def project_dockerfile(self) -> Path | None:
+        if self.project is None:
+            return None
+        path = self.project / ".so" / "Dockerfile"
+        return path if path.is_file() else None
+
+
+def content_hash(*parts: bytes | str) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        digest.update(len(data).to_bytes(8, "big") + data)
+    return digest.hexdigest()[:16]
+
+
+def _ca_bundle() -> bytes:
+    return HOST_CA.read_bytes() if HOST_CA.is_file() else b""
+
+
+class Images:
+    """Image operations on one engine (a ``docker.DockerClient``)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def exists(self, ref: str) -> bool:
+        import docker.errors
+
+        try:
+            self.client.images.get(ref)
+        except docker.errors.ImageNotFound:
+            return False
+        return True
+
+    def _image_id(self, ref: str) -> str:
+        import docker.errors
+
+        try:
+            return str(self.client.images.get(ref).id)
+        except docker.errors.ImageNotFound:
+            return ref  # a registry name: docker build will pull it (or fail clearly)
+
+    def default_base(self) -> str:
+        """The offline base when ``so image bootstrap`` made one, else Debian slim."""
+        bootstrapped = f"{BOOTSTRAP_REPO}:{DEFAULT_SUITE}"
+        return bootstrapped if self.exists(bootstrapped) else FALLBACK_BASE
+
+    def runner_tag(self, spec: RunnerSpec) -> str:
+        key = content_hash(
+            dockerfile(), self._image_id(spec.base), str(spec.uid), str(spec.gid), _ca_bundle()
+        )
+        return f"{RUNNER_REPO}:{key}"
+
+    def project_tag(self, spec: RunnerSpec, runner: str) -> str | None:
+        path = spec.project_dockerfile()
+        if path is None or spec.project is None:
+            return None
+        files = sorted(p for p in path.parent.rglob("*") if p.is_file())
+        key = content_hash(
+            runner,
+            *(str(p.relative_to(path.parent)) for p in files),
+            *(p.read_bytes() for p in files),
+        )
+        slug = "".join(ch if ch.isalnum() else "-" for ch in spec.project.name.lower())[:40]
+        return f"so-project-{slug.strip('-') or 'project'}:{key}"
+
+    def buildable(self, spec: RunnerSpec) -> bool:
+        return self.exists(self.runner_tag(spec)) or self.exists(spec.base)
+
+    def ensure(self, spec: RunnerSpec, progress: Progress) -> str:
+        """The image to run for ``spec``, building what is missing."""
+        runner = self.runner_tag(spec)
+        if not self.exists(runner):
+            self._build_runner(spec, runner, progress)
+        project = self.project_tag(spec, runner)
+        if project is None:
+            return runner
+        if not self.exists(project):
+            path = spec.project_dockerfile()
+            assert path is not None
+            progress(f"building the project image {project} from {path}")
+            self._build(path.parent, project, {}, progress, dockerfile_name=path.name)
+        return project
+
+    def _build_runner(self, spec: RunnerSpec, tag: str, progress: Progress) -> None:
+        progress(f"building the runner image {tag} FROM {spec.base} (uid {spec.uid})")
+        with tempfile.TemporaryDirectory(prefix="so-image-") as ctx:
+            (Path(ctx) / "Dockerfile").write_text(dockerfile())
+            (Path(ctx) / "ca-certificates.crt").write_bytes(_ca_bundle())
+            args = {"BASE": spec.base, "SO_UID": str(spec.uid), "SO_GID": str(spec.gid)}
+            self._build(Path(ctx), tag, args, progress)
+        self.client.images.get(tag).tag(RUNNER_REPO, "latest")
+
+    def _build(
+        self,
+        ctx: Path,
+        tag: str,
+        args: dict[str, str],
+        progress: Progress,
+        dockerfile_name: str = "Dockerfile",
+    ) -> None:
+        stream = self.client.api.build(
+            path=str(ctx),
+            tag=tag,
+            buildargs=args,
+            decode=True,
+            rm=True,
+            forcerm=True,
+            dockerfile=dockerfile_name,
+            labels={LABEL: "1"},
+        )
+        for chunk in _chunks(stream):
+            if "error" in chunk:
+                raise SoError(f"building {tag} failed: {str(chunk['error']).strip()}")
+            text = str(chunk.get("stream", "")).strip()
+            if text:
+                progress(text)
+
+    def list(self) -> list[dict[str, Any]]:
+        out = []
+        for image in self.client.images.list(filters={"label": LABEL}):
+            for tag in image.tags or ["<none>"]:
+                out.append(
+                    {
+                        "tag": tag,
+                        "id": image.short_id,
+                        "size_mb": round(image.attrs.get("Size", 0) / 1e6, 1),
+                        "created": image.attrs.get("Created", ""),
+                    }
+                )
+        return out
+
+    def remove(self, ref: str) -> None:
+        import docker.errors
+
+        try:
+            self.client.images.remove(ref, force=True)
+        except docker.errors.ImageNotFound:
+            raise SoError(f"no image {ref!r}; `so image list` shows so's images") from None
+
+    def bootstrap(self, suite: str, mirror: str | None, progress: Progress) -> str:
+        """An offline base: debootstrap a Debian rootfs and ``docker import`` it."""
+        tag = f"{BOOTSTRAP_REPO}:{suite}"
+        debootstrap = shutil.which("debootstrap")
+        if debootstrap is None:
+            raise SoError("so image bootstrap needs debootstrap: apt-get install debootstrap")
+        if os.getuid() != 0:
+            raise SoError("so image bootstrap needs root (debootstrap creates device nodes)")
+        with tempfile.TemporaryDirectory(prefix="so-rootfs-") as tmp:
+            rootfs = Path(tmp) / "rootfs"
+            progress(f"debootstrap {suite} (minbase + {', '.join(BOOTSTRAP_PACKAGES)}) …")
+            proc.run(
+                [
+                    debootstrap,
+                    "--variant=minbase",
+                    f"--include={','.join(BOOTSTRAP_PACKAGES)}",
+                    suite,
+                    str(rootfs),
+                    *([mirror] if mirror else []),
+                ]
+            )
+            shutil.rmtree(rootfs / "var" / "cache" / "apt" / "archives", ignore_errors=True)
+            archive = Path(tmp) / "rootfs.tar"
+            proc.run(["tar", "-C", str(rootfs), "-cf", str(archive), "."])
+            progress(f"docker import → {tag}")
+            self.client.api.import_image(
+                src=str(archive),
+                repository=BOOTSTRAP_REPO,
+                tag=suite,
+                changes=[f"LABEL {LABEL}=base"],
+            )
+        return tag
+
+
+def _chunks(stream: Any) -> Iterator[dict[str, Any]]:
+    for chunk in stream:
+        if isinstance(chunk, dict):
+            yield chunk

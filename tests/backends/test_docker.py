@@ -1,0 +1,120 @@
+"""Docker backend: pure builders, the auto choice, and the real engine."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from sono.backends import BackendSettings, choose_auto
+from sono.backends.base import Mount, SandboxSpec
+from sono.backends.docker import (
+    DockerBackend,
+    container_config,
+    exec_env,
+    home_archive,
+    mounts_key,
+)
+from sono.errors import SoError
+from sono.images import Images, RunnerSpec, content_hash
+
+
+def spec(tmp_path: Path, **kw: object) -> SandboxSpec:
+    return SandboxSpec(id="p-1", workspace=tmp_path / "work", home_seed=tmp_path / "home", **kw)  # type: ignore[arg-type]
+
+
+def test_container_config_policy(tmp_path: Path) -> None:
+    s = spec(tmp_path, mounts=(Mount(Path("/host/objects"), "/host/objects"),))
+    config = container_config(s, "so-runner:abc", gpus=False)
+    mounts = {m["Target"]: m for m in config["mounts"]}
+    assert mounts["/workspace"]["Source"] == str(tmp_path / "work")
+    assert not mounts["/workspace"]["ReadOnly"]
+    assert mounts["/host/objects"]["ReadOnly"]
+    sources = [m["Source"] for m in config["mounts"]]
+    assert not any("docker.sock" in src or src.endswith(".ssh") for src in sources)
+    assert config["labels"]["so.sandbox"] == "p-1"
+    assert config["cap_drop"] == ["ALL"] and "no-new-privileges" in config["security_opt"]
+    assert config["network_mode"] == "host" and config["init"] is True
+    assert "device_requests" not in config
+    assert "device_requests" in container_config(s, "img", gpus=True)
+
+
+def test_mounts_key_changes_with_mounts_and_image(tmp_path: Path) -> None:
+    a = spec(tmp_path)
+    b = spec(tmp_path, mounts=(Mount(Path("/x"), "/x"),))
+    assert mounts_key(a, "i1") != mounts_key(b, "i1")
+    assert mounts_key(a, "i1") != mounts_key(a, "i2")
+    assert mounts_key(a, "i1") == mounts_key(spec(tmp_path), "i1")
+
+
+def test_exec_env(tmp_path: Path) -> None:
+    env = exec_env(spec(tmp_path), {"FOO": "1"})
+    assert env["HOME"] == "/home/agent" and env["FOO"] == "1" and env["SO_SANDBOX_ID"] == "p-1"
+
+
+def test_home_archive_is_owned_by_the_agent(tmp_path: Path) -> None:
+    seed = tmp_path / "seed"
+    (seed / ".claude").mkdir(parents=True)
+    (seed / ".claude" / "creds.json").write_text("{}")
+    (seed / ".gitconfig").write_text("[user]\n")
+    (seed / "link").symlink_to("/etc/shadow")
+    with tarfile.open(fileobj=io.BytesIO(home_archive(seed, 1234, 99))) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert set(members) == {".claude", ".claude/creds.json", ".gitconfig"}
+    assert all((m.uid, m.gid) == (1234, 99) for m in members.values())
+
+
+def test_content_hash_is_order_and_boundary_sensitive() -> None:
+    assert content_hash("ab", "c") != content_hash("a", "bc")
+    assert content_hash("a", "b") == content_hash("a", "b")
+
+
+def test_no_engine_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with pytest.raises(SoError, match="no Docker engine answers at unix:///nonexistent"):
+        DockerBackend().client()
+    health = DockerBackend().health()
+    assert not health.ok and "bwrap" in health.fix
+    name, why = choose_auto(BackendSettings())
+    assert name == "bwrap" and "no Docker engine" in why
+
+
+# --- the real engine --------------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_auto_picks_docker_when_the_image_is_buildable(docker_ready: str) -> None:
+    name, why = choose_auto(BackendSettings())
+    assert name == "docker", why
+
+
+@pytest.mark.integration
+def test_runner_image_is_content_hashed(docker_ready: str) -> None:
+    backend = DockerBackend()
+    images = backend.images()
+    spec_a = RunnerSpec(base=docker_ready, uid=1000, gid=1000)
+    spec_b = RunnerSpec(base=docker_ready, uid=1001, gid=1001)
+    assert images.runner_tag(spec_a) == images.runner_tag(spec_a)
+    assert images.runner_tag(spec_a) != images.runner_tag(spec_b)
+    built = images.ensure(backend.runner_spec(), lambda line: None)
+    lines: list[str] = []
+    assert images.ensure(backend.runner_spec(), lines.append) == built
+    assert lines == []  # present: nothing rebuilt
+
+
+@pytest.mark.integration
+def test_project_dockerfile_is_layered_on_top(docker_ready: str, tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    (project / ".so").mkdir(parents=True)
+    (project / ".so" / "Dockerfile").write_text(
+        "FROM so-runner\nRUN echo layered > /etc/so-project-marker\n"
+    )
+    backend = DockerBackend(project=project)
+    images = Images(backend.client())
+    tag = images.ensure(backend.runner_spec(), lambda line: None)
+    assert tag.startswith("so-project-proj:")
+    out = backend.client().containers.run(tag, ["cat", "/etc/so-project-marker"], remove=True)
+    assert out.decode().strip() == "layered"
+    images.remove(tag)
