@@ -118,3 +118,41 @@ def test_project_dockerfile_is_layered_on_top(docker_ready: str, tmp_path: Path)
     out = backend.client().containers.run(tag, ["cat", "/etc/so-project-marker"], remove=True)
     assert out.decode().strip() == "layered"
     images.remove(tag)
+
+
+@pytest.mark.integration
+def test_container_removed_behind_our_back_is_recreated(docker_ready: str, tmp_path: Path) -> None:
+    import json
+
+    from helpers import make_repo, so
+
+    repo = make_repo(tmp_path / "proj", {"README.md": "# p\n", "specs/prompt.md": "go\n"})
+    agent = tmp_path / "agent.sh"
+    agent.write_text(
+        '#!/bin/sh\ncat >/dev/null\necho "$SO_ITERATION" > "n$SO_ITERATION"\n'
+        'git add -A && git commit -qm "n $SO_ITERATION"\n'
+    )
+    agent.chmod(0o755)  # the container user (uid 1000 when the host is root) runs it
+    first = so(
+        "run",
+        "-s",
+        "docker",
+        "-H",
+        "custom",
+        "--agent-cmd",
+        str(agent),
+        "-i",
+        "1",
+        "--yes",
+        "--json",
+        cwd=repo,
+    )
+    sid = json.loads(first.stdout.splitlines()[-1])["id"]
+    client = DockerBackend().client()
+    client.containers.get(f"so-{sid}").remove(force=True)
+    again = so("continue", sid, "-i", "1", "--yes", "--json", cwd=repo)
+    assert json.loads(again.stdout.splitlines()[-1])["iterations"][0]["commits"], again.stdout
+    inside = so("shell", sid, "--", "sh", "-c", "ls n*; id -un", cwd=repo)
+    assert inside.stdout.split() == ["n1", "n2", "agent"]
+    assert so("rm", sid, cwd=repo).returncode == 0
+    assert not client.containers.list(all=True, filters={"label": f"so.sandbox={sid}"})

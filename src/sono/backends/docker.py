@@ -127,6 +127,10 @@ class DockerBackend:
         self._progress = progress or (lambda line: None)
         self._client: Any = None
         self.uid, self.gid = agent_ids()
+        # Checked once per process: image, mounts and state are verified on first use; a
+        # container that vanishes later is noticed by the failing exec and recreated.
+        self._live: dict[str, Any] = {}
+        self._seeded: dict[str, tuple[tuple[str, int, int], ...]] = {}
 
     # ---------------------------------------------------------------- engine and image
 
@@ -173,6 +177,8 @@ class DockerBackend:
     def _container(self, spec: SandboxSpec) -> Any:
         """The running container for ``spec``: started, or recreated from the workspace
         when it died, vanished or its mounts changed behind our back."""
+        if spec.id in self._live:
+            return self._live[spec.id]
         image = self.image_for(spec)
         container = self._find(spec)
         if container is not None and container.labels.get(MOUNTS_LABEL) != mounts_key(spec, image):
@@ -185,14 +191,39 @@ class DockerBackend:
             self._seed_home(container, spec)
         elif container.status != "running":
             container.start()
+        self._live[spec.id] = container
         return container
+
+    def _exec_create(self, spec: SandboxSpec, command: list[str], **kwargs: Any) -> str:
+        """``exec_create`` on the live container, recreating it once if it went away."""
+        import docker.errors
+
+        for attempt in (1, 2):
+            container = self._container(spec)
+            try:
+                return str(self.client().api.exec_create(container.id, command, **kwargs)["Id"])
+            except docker.errors.APIError:
+                if attempt == 2:
+                    raise
+                self._live.pop(spec.id, None)  # died or removed behind our back
+                self._seeded.pop(spec.id, None)
+        raise AssertionError("unreachable")
 
     def _gpus(self) -> bool:
         runtimes = self.client().info().get("Runtimes", {})
         return "nvidia" in runtimes
 
     def _seed_home(self, container: Any, spec: SandboxSpec) -> None:
+        """Copy the credential seed in, unless this exact seed is already there."""
+        signature = tuple(
+            (str(p), p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(spec.home_seed.rglob("*"))
+            if p.is_file() and not p.is_symlink()
+        )
+        if self._seeded.get(spec.id) == signature:
+            return
         container.put_archive("/home/agent", home_archive(spec.home_seed, self.uid, self.gid))
+        self._seeded[spec.id] = signature
 
     # ---------------------------------------------------------------- exec
 
@@ -215,15 +246,14 @@ class DockerBackend:
                 file_archive("so-prompt", stdin_text.encode(), self.uid, self.gid),
             )
             command = ["sh", "-c", f'exec "$@" < {PROMPT_PATH}', "so-init", *argv]
-        api = self.client().api
-        exec_id = api.exec_create(
-            container.id,
+        exec_id = self._exec_create(
+            spec,
             command,
             user=f"{self.uid}:{self.gid}",
             environment=exec_env(spec, env),
             workdir=spec.mount_point,
-        )["Id"]
-        stream = api.exec_start(exec_id, stream=True)
+        )
+        stream = self.client().api.exec_start(exec_id, stream=True)
         return self._follow(container, exec_id, stream, timeout, on_line)
 
     def _follow(
@@ -273,18 +303,19 @@ class DockerBackend:
         check: bool = True,
         env: Mapping[str, str] | None = None,
     ) -> proc.Completed:
-        container = self._container(spec)
-        result = container.exec_run(
+        api = self.client().api
+        exec_id = self._exec_create(
+            spec,
             list(argv),
             user=f"{self.uid}:{self.gid}",
-            demux=True,
             environment=exec_env(spec, env or {}),
             workdir=spec.mount_point,
         )
-        out, err = result.output
+        out, err = api.exec_start(exec_id, demux=True)
+        code = api.exec_inspect(exec_id).get("ExitCode")
         done = proc.Completed(
             tuple(argv),
-            int(result.exit_code or 0),
+            int(code or 0),
             (out or b"").decode(errors="replace"),
             (err or b"").decode(errors="replace"),
         )
