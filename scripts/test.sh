@@ -15,7 +15,7 @@ if ! command -v npm >/dev/null 2>&1; then
   fi
 fi
 export SO_AGENTS_DIR="$root/.cache/agents"
-.venv/bin/so agents install claude codex pi jscpd  # pinned versions; no-op when present
+.venv/bin/so agents install claude codex opencode pi jscpd  # pinned; no-op when present
 
 # Docker parity tests: an engine and the offline base image (kept between runs). Without
 # root (or a running engine) they are skipped, and pytest says why.

@@ -32,7 +32,8 @@ def interactive_session(args: argparse.Namespace, root: Path, prompt: str, task:
     agent = c.resolve_agent(cfg, task=task)
     argv = agent.harness.interactive_argv(agent.options, prompt)
     # Harnesses that cannot take the prompt as an argument (custom) find it in $SO_PROMPT.
-    return proc.interactive(argv, cwd=root, env={**os.environ, "SO_PROMPT": prompt})
+    env = {**os.environ, **agent.harness.env(os.environ, agent.options), "SO_PROMPT": prompt}
+    return proc.interactive(argv, cwd=root, env=env)
 
 
 def run(args: argparse.Namespace) -> int:

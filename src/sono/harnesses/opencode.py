@@ -1,0 +1,426 @@
+"""opencode (``opencode-ai``): ``opencode run --format json`` with the prompt on stdin.
+
+``opencode run`` reads stdin when it is not a terminal and appends it to the message, so
+the loop's prompt needs no argument. Settings travel in ``OPENCODE_CONFIG_CONTENT``
+(inline JSON that opencode merges over its config files): the loop's model endpoints
+become providers there, because opencode has no ``*_BASE_URL`` variables of its own:
+
+- ``openai`` → provider ``so-openai`` on ``@ai-sdk/openai-compatible`` (Chat Completions,
+  ``<base>/chat/completions``; a bare host gets ``/v1``, as codex does);
+- ``anthropic`` → provider ``so-anthropic`` on ``@ai-sdk/anthropic`` (Messages API; the SDK
+  wants ``…/v1`` where ``ANTHROPIC_BASE_URL`` has none).
+
+A bare ``-m NAME`` names a model of that provider; ``-m provider/model`` is passed as is.
+
+``--format json`` shapes (opencode 1.18.33), one object per line, each with ``type``,
+``timestamp`` and ``sessionID``; ``part`` is opencode's message part:
+
+- ``step_start`` per model request (no model name, no session banner of its own);
+- ``text`` / ``reasoning`` (``reasoning`` only with ``--thinking``) with ``part.text``;
+- ``tool_use`` once a tool finished: ``part.tool``, ``part.callID``, ``part.state``
+  ``{status: completed|error, input, output, error, metadata: {exit…}, title}``;
+- ``step_finish`` with ``part.reason`` (``tool-calls``, ``stop``, …), ``part.cost`` and
+  ``part.tokens {input, output, reasoning, cache: {read, write}}`` (input excludes cache);
+- ``error`` with ``error {name, data: {message, statusCode…}}``; the exit code is then 1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+from sono.events import (
+    Error,
+    Event,
+    FileChanged,
+    Raw,
+    Result,
+    SessionStarted,
+    Text,
+    Thinking,
+    ToolCall,
+    ToolResult,
+    Usage,
+    summarize,
+)
+from sono.harnesses.base import AgentOptions, EventParser, NpmPackage
+
+PROVIDER_KEYS = frozenset(
+    {
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "OPENROUTER_API_KEY",
+        "GEMINI_API_KEY",
+        "GOOGLE_GENERATIVE_AI_API_KEY",
+        "GROQ_API_KEY",
+        "XAI_API_KEY",
+        "DEEPSEEK_API_KEY",
+        "MISTRAL_API_KEY",
+    }
+)
+# Host paths (meaningless in the sandbox's fresh HOME) and opencode's own process markers.
+HOST_ONLY_VARS = frozenset(
+    {
+        "OPENCODE_CONFIG",
+        "OPENCODE_CONFIG_DIR",
+        "OPENCODE_TUI_CONFIG",
+        "OPENCODE_DB",
+        "OPENCODE_MODELS_PATH",
+        "OPENCODE_GIT_BASH_PATH",
+        "OPENCODE_PLUGIN_META_FILE",
+        "OPENCODE_PID",
+    }
+)
+# Every exec starts with an empty HOME, so anything opencode would download at start
+# (update check, models.dev catalogue, LSP servers) is refetched every iteration; the
+# binary ships a models snapshot, so the catalogue fetch is not needed.
+QUIET_ENV = {
+    "OPENCODE_DISABLE_AUTOUPDATE": "1",
+    "OPENCODE_DISABLE_SHARE": "1",
+    "OPENCODE_DISABLE_MODELS_FETCH": "1",
+    "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+}
+# The sandbox is the boundary; "ask" would make `opencode run` auto-reject the tool.
+ALLOW_ALL = '{"*":"allow"}'
+BASE_CONFIG: dict[str, Any] = {
+    "$schema": "https://opencode.ai/config.json",
+    "autoupdate": False,
+    "share": "disabled",
+    # opencode snapshots the worktree into a shadow git repo under HOME (a tmpfs here) at
+    # every step for its own undo; the loop already commits and records every iteration.
+    "snapshot": False,
+}
+PROVIDERS = {
+    "openai": ("so-openai", "@ai-sdk/openai-compatible", "OPENAI_API_KEY"),
+    "anthropic": ("so-anthropic", "@ai-sdk/anthropic", "ANTHROPIC_API_KEY"),
+}
+DEFAULT_MODELS = {"openai": "gpt-5", "anthropic": "claude-sonnet-4-5"}
+# Anthropic thinking budgets are derived from the output limit (high = output/2 - 1): an
+# undeclared limit gives budget_tokens -1, which the API rejects.
+MODEL_LIMITS: dict[str, dict[str, Any]] = {
+    "anthropic": {"limit": {"context": 200_000, "output": 64_000}}
+}
+# Credentials and settings only: plugin installs, logs, sessions and storage stay home.
+SKIP_IN_CONFIG = frozenset({"node_modules", "package-lock.json", "bun.lock"})
+DATA_FILES = ("auth.json", "mcp-auth.json")
+
+
+class OpencodeHarness:
+    name: ClassVar[str] = "opencode"
+    # The union of what ``--variant`` maps to across opencode's providers (reasoning
+    # effort for OpenAI-style models, thinking budgets "high"/"max" for Anthropic);
+    # a variant the chosen model lacks is ignored by opencode.
+    efforts: ClassVar[tuple[str, ...]] = (
+        "none",
+        "minimal",
+        "low",
+        "medium",
+        "high",
+        "xhigh",
+        "max",
+    )
+    npm: ClassVar[NpmPackage | None] = NpmPackage("opencode-ai", "1.18.33", "opencode")
+
+    def executable_name(self, opts: AgentOptions) -> str | None:
+        return "opencode"
+
+    def unattended_argv(self, opts: AgentOptions) -> list[str]:
+        # --auto approves what a rule still leaves at "ask" (never an explicit deny).
+        args = [opts.executable or "opencode", "run", "--format", "json", "--thinking", "--auto"]
+        model = model_ref(opts)
+        if model:
+            args += ["-m", model]
+        if opts.effort:
+            args += ["--variant", opts.effort]
+        return args
+
+    def interactive_argv(self, opts: AgentOptions, prompt: str | None) -> list[str]:
+        # The TUI's positional argument is a project path; the prompt goes in --prompt.
+        # It has no --variant flag: the effort is picked inside the TUI.
+        args = [opts.executable or "opencode"]
+        model = model_ref(opts)
+        if model:
+            args += ["-m", model]
+        return [*args, *(["--prompt", prompt] if prompt else [])]
+
+    def env(self, host_env: Mapping[str, str], opts: AgentOptions) -> dict[str, str]:
+        env = {
+            k: v
+            for k, v in host_env.items()
+            if k in PROVIDER_KEYS or (k.startswith("OPENCODE_") and k not in HOST_ONLY_VARS)
+        }
+        for key, value in QUIET_ENV.items():
+            env.setdefault(key, value)
+        if opts.task == "code":  # plan/learn run attached to a person, who answers asks
+            env.setdefault("OPENCODE_PERMISSION", ALLOW_ALL)
+        config = merge(_json_object(host_env.get("OPENCODE_CONFIG_CONTENT")), config_for(opts))
+        env["OPENCODE_CONFIG_CONTENT"] = json.dumps(config, separators=(",", ":"))
+        return env
+
+    def provision(self, *, home_seed: Path, host_home: Path) -> list[str]:
+        copied: list[str] = []
+        config = host_home / ".config" / "opencode"
+        if config.is_dir():
+            _copy_dir(config, home_seed / ".config" / "opencode")
+            copied.append("~/.config/opencode")
+        data = host_home / ".local" / "share" / "opencode"
+        for name in DATA_FILES:
+            if (data / name).is_file() and not (data / name).is_symlink():
+                dest = home_seed / ".local" / "share" / "opencode" / name
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(data / name, dest)
+                copied.append(f"~/.local/share/opencode/{name}")
+        return copied
+
+    def parser(self) -> EventParser:
+        return OpencodeJsonParser()
+
+
+# --- configuration ----------------------------------------------------------------------
+
+
+def endpoint_family(opts: AgentOptions) -> str | None:
+    """The endpoint that provides the default model: Chat Completions first, being the
+    format most OpenAI-compatible servers (and gateways) speak."""
+    return next((f for f in PROVIDERS if opts.endpoints.get(f)), None)
+
+
+def model_ref(opts: AgentOptions) -> str | None:
+    """``provider/model`` for ``-m``: a bare model name belongs to the endpoint provider."""
+    family = endpoint_family(opts)
+    if opts.model and ("/" in opts.model or family is None):
+        return opts.model
+    if family is None:
+        return None
+    return f"{PROVIDERS[family][0]}/{opts.model or DEFAULT_MODELS[family]}"
+
+
+def config_for(opts: AgentOptions) -> dict[str, Any]:
+    """The inline config: quiet defaults plus one provider per model endpoint."""
+    config: dict[str, Any] = dict(BASE_CONFIG)
+    providers = {
+        PROVIDERS[family][0]: provider_config(family, url, opts)
+        for family, url in opts.endpoints.items()
+        if family in PROVIDERS and url
+    }
+    if providers:
+        config["provider"] = providers
+    model = model_ref(opts)
+    if endpoint_family(opts) is not None and model:
+        # Titles and summaries use the "small model"; it must not be a vendor's default.
+        config["small_model"] = model
+    return config
+
+
+def provider_config(family: str, url: str, opts: AgentOptions) -> dict[str, Any]:
+    provider_id, package, key_var = PROVIDERS[family]
+    base = api_base_url(family, url)
+    ref = model_ref(opts) or ""
+    model = ref.partition("/")[2] if ref.startswith(f"{provider_id}/") else DEFAULT_MODELS[family]
+    # A model must be declared reasoning-capable for --variant to select an effort.
+    model_info: dict[str, Any] = {"reasoning": True} if opts.effort else {}
+    model_info |= MODEL_LIMITS.get(family, {})
+    return {
+        "npm": package,
+        "name": f"so endpoint ({family})",
+        # {env:…} is substituted by opencode, so the key never lands in the argv or config.
+        "options": {"baseURL": base, "apiKey": f"{{env:{key_var}}}"},
+        "models": {model: {"name": model, **model_info}},
+    }
+
+
+def api_base_url(family: str, url: str) -> str:
+    """The SDK's base URL. OpenAI: a bare host gets ``/v1``, a URL with a path is the full
+    base (``https://gw/openai/v1``), as for codex. Anthropic: ``ANTHROPIC_BASE_URL`` never
+    has the ``/v1`` that ``@ai-sdk/anthropic`` wants (claude appends it itself)."""
+    base = url.rstrip("/")
+    if family == "anthropic":
+        return base if base.endswith("/v1") else base + "/v1"
+    return base if urlsplit(base).path else base + "/v1"
+
+
+def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Deep merge of JSON objects; ``override`` wins."""
+    out = dict(base)
+    for key, value in override.items():
+        old = out.get(key)
+        out[key] = merge(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+    return out
+
+
+def _json_object(text: str | None) -> dict[str, Any]:
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}  # opencode itself would reject it; ours must still apply
+    return value if isinstance(value, dict) else {}
+
+
+def _copy_dir(src: Path, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for child in src.iterdir():
+        if child.name in SKIP_IN_CONFIG or child.is_symlink():
+            continue
+        if child.is_dir():
+            shutil.copytree(child, dest / child.name, dirs_exist_ok=True, symlinks=True)
+        else:
+            shutil.copy2(child, dest / child.name)
+
+
+# --- output parsing -----------------------------------------------------------------------
+
+KINDS = frozenset({"step_start", "text", "reasoning", "tool_use", "step_finish", "error"})
+FILE_TOOLS = frozenset({"write", "edit", "multiedit", "patch", "apply_patch"})
+_PATH_KEYS = ("filePath", "file_path", "path")
+_PATCH_HEADERS = ("*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: ")
+
+
+class OpencodeJsonParser:
+    """Turns ``opencode run --format json`` lines into :mod:`sono.events`; never raises."""
+
+    def __init__(self) -> None:
+        self._session = ""
+        self._steps = 0
+        self._last_text = ""
+        self._failed = False
+
+    def feed(self, line: str) -> list[Event]:
+        if not isinstance(line, str):  # callers are typed, but a crash here would lose a run
+            return [Raw(line=repr(line))]
+        text = line.strip()
+        if not text:
+            return []
+        try:
+            obj = json.loads(text)
+            events = self._dispatch(obj) if isinstance(obj, dict) else None
+        except Exception:  # a parser bug must degrade to Raw, never kill the run
+            events = None
+        return [Raw(line=line.rstrip("\n"))] if events is None else events
+
+    def _dispatch(self, obj: dict[str, Any]) -> list[Event] | None:
+        kind = obj.get("type")
+        if kind not in KINDS:
+            return None
+        part = _dict(obj.get("part"))
+        events = self._session_start(obj)
+        if kind == "step_start":
+            self._steps += 1
+        elif kind == "text":
+            events += self._text(part)
+        elif kind == "reasoning":
+            events += [Thinking(text=_str(part.get("text")))]
+        elif kind == "tool_use":
+            events += _tool(part)
+        elif kind == "step_finish":
+            events += self._step_finish(part)
+        elif kind == "error":
+            self._failed = True
+            events += [Error(message=_error_message(obj.get("error")))]
+        return events
+
+    def _session_start(self, obj: dict[str, Any]) -> list[Event]:
+        """opencode prints no session banner: the first line naming a session starts it."""
+        session = _str(obj.get("sessionID"))
+        if not session or self._session:
+            return []
+        self._session = session
+        return [SessionStarted(session_id=session)]
+
+    def _text(self, part: dict[str, Any]) -> list[Event]:
+        text = _str(part.get("text"))
+        if text.strip():
+            self._last_text = text
+        return [Text(text=text)] if text else []
+
+    def _step_finish(self, part: dict[str, Any]) -> list[Event]:
+        tokens = _dict(part.get("tokens"))
+        cache = _dict(tokens.get("cache"))
+        events: list[Event] = [
+            Usage(
+                # Cache writes are billed as fresh input, reasoning as output.
+                input_tokens=_int(tokens.get("input")) + _int(cache.get("write")),
+                output_tokens=_int(tokens.get("output")) + _int(tokens.get("reasoning")),
+                cached_tokens=_int(cache.get("read")),
+                cost_usd=_num(part.get("cost")),
+            )
+        ]
+        reason = _str(part.get("reason"))
+        if reason in ("tool-calls", "tool_calls", ""):
+            return events  # the agent loop goes on with another step
+        ok = reason == "stop" and not self._failed
+        return [*events, Result(ok=ok, text=self._last_text, num_turns=self._steps)]
+
+
+def _tool(part: dict[str, Any]) -> list[Event]:
+    name = _str(part.get("tool"))
+    call_id = _str(part.get("callID")) or _str(part.get("id"))
+    state = _dict(part.get("state"))
+    tool_input = state.get("input")
+    events: list[Event] = [ToolCall(name=name, summary=_summary(tool_input), call_id=call_id)]
+    metadata = _dict(state.get("metadata"))
+    if name in FILE_TOOLS and isinstance(tool_input, dict):
+        events += [FileChanged(path=p) for p in _changed_paths(tool_input, metadata)]
+    status = _str(state.get("status"))
+    if status in ("completed", "error"):
+        exit_code = metadata.get("exit")
+        failed = status == "error" or (isinstance(exit_code, int) and exit_code != 0)
+        detail = state.get("error") if status == "error" else state.get("output")
+        events.append(ToolResult(call_id=call_id, ok=not failed, summary=summarize(detail or "")))
+    return events
+
+
+def _summary(tool_input: object) -> str:
+    """opencode names paths ``filePath``, which the generic summary does not know."""
+    if isinstance(tool_input, dict) and isinstance(tool_input.get("filePath"), str):
+        return summarize(tool_input["filePath"])
+    return summarize(tool_input if tool_input is not None else "")
+
+
+def _changed_paths(tool_input: dict[str, Any], metadata: dict[str, Any]) -> list[str]:
+    """write/edit name ``filePath``; apply_patch lists absolute paths in its metadata,
+    else (failed or older versions) the patch's own file headers say which files."""
+    paths = [p for p in (tool_input.get(k) for k in _PATH_KEYS) if isinstance(p, str) and p]
+    files = metadata.get("files")
+    if isinstance(files, list):
+        paths += [f["filePath"] for f in files if isinstance(f, dict) and _str(f.get("filePath"))]
+    patch = tool_input.get("patchText")
+    if isinstance(patch, str) and not paths:
+        for line in patch.splitlines():
+            header = next((h for h in _PATCH_HEADERS if line.startswith(h)), None)
+            if header and line[len(header) :].strip():
+                paths.append(line[len(header) :].strip())
+    return list(dict.fromkeys(paths))
+
+
+def _error_message(error: object) -> str:
+    if not isinstance(error, dict):
+        return summarize(error) if error is not None else "unknown error"
+    message = _str(_dict(error.get("data")).get("message")) or _str(error.get("message"))
+    name = _str(error.get("name"))
+    if message:
+        return f"{name}: {message}" if name else message
+    return name or summarize(error)
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _num(value: object) -> float | None:
+    """A finite number, else None; json.loads happily yields NaN, Infinity and bools."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _int(value: object) -> int:
+    return int(_num(value) or 0)
