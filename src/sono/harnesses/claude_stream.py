@@ -15,7 +15,6 @@ One JSON object per line. Shapes seen from the real CLI 2.1.197:
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 from sono.events import (
@@ -32,6 +31,11 @@ from sono.events import (
     Usage,
     summarize,
 )
+from sono.harnesses.jsonread import as_dict as _dict
+from sono.harnesses.jsonread import as_int as _int
+from sono.harnesses.jsonread import as_num as _num
+from sono.harnesses.jsonread import as_str as _str
+from sono.harnesses.jsonread import blocks as _blocks
 
 # Tools whose input names the file they write; NotebookEdit says notebook_path.
 FILE_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
@@ -200,30 +204,3 @@ def _result_text(content: object) -> str:
         return content
     texts = [_str(b.get("text")) for b in _blocks(content) if b.get("type") == "text"]
     return "\n".join(texts)
-
-
-def _blocks(content: object) -> list[dict[str, Any]]:
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    if not isinstance(content, list):
-        return []
-    return [b for b in content if isinstance(b, dict)]
-
-
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _str(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _num(value: object) -> float | None:
-    """A finite number, else None; json.loads happily yields NaN, Infinity and bools."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _int(value: object) -> int:
-    return int(_num(value) or 0)

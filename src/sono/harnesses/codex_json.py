@@ -39,6 +39,8 @@ from sono.events import (
     Usage,
     summarize,
 )
+from sono.harnesses.jsonread import as_dict as _dict
+from sono.harnesses.jsonread import as_str as _str
 
 SHELL_NAME = "shell"  # ToolCall name for command executions
 _SHELLS = frozenset({"bash", "sh", "zsh", "dash"})
@@ -226,14 +228,6 @@ def _error_message(error: object) -> str:
     if isinstance(error, dict):
         return _str(error.get("message")) or summarize(error)
     return _str(error) or "unknown error"
-
-
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _str(value: object) -> str:
-    return value if isinstance(value, str) else ""
 
 
 def _int(value: object) -> int:

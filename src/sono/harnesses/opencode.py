@@ -27,7 +27,6 @@ A bare ``-m NAME`` names a model of that provider; ``-m provider/model`` is pass
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -49,6 +48,10 @@ from sono.events import (
     summarize,
 )
 from sono.harnesses.base import AgentOptions, EventParser, NpmPackage
+from sono.harnesses.jsonread import as_dict as _dict
+from sono.harnesses.jsonread import as_int as _int
+from sono.harnesses.jsonread import as_num as _num
+from sono.harnesses.jsonread import as_str as _str
 
 PROVIDER_KEYS = frozenset(
     {
@@ -405,22 +408,3 @@ def _error_message(error: object) -> str:
     if message:
         return f"{name}: {message}" if name else message
     return name or summarize(error)
-
-
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _str(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _num(value: object) -> float | None:
-    """A finite number, else None; json.loads happily yields NaN, Infinity and bools."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _int(value: object) -> int:
-    return int(_num(value) or 0)

@@ -25,7 +25,6 @@ JSON mode shapes (pi 1.6.0, see the package's ``docs/json.md``), one object per 
 from __future__ import annotations
 
 import json
-import math
 import platform
 import shutil
 from collections.abc import Callable, Mapping
@@ -48,6 +47,11 @@ from sono.events import (
     summarize,
 )
 from sono.harnesses.base import AgentOptions, EventParser, NpmPackage
+from sono.harnesses.jsonread import as_dict as _dict
+from sono.harnesses.jsonread import as_int as _int
+from sono.harnesses.jsonread import as_num as _num
+from sono.harnesses.jsonread import as_str as _str
+from sono.harnesses.jsonread import blocks as _blocks
 
 PI_VERSION = "1.6.0"
 NODE_VERSION = "22.23.5"  # pi 1.6.0 declares engines.node >= 22.19.0
@@ -373,30 +377,3 @@ def _text_of(content: object) -> str:
     if isinstance(content, str):
         return content
     return "\n".join(_str(b.get("text")) for b in _blocks(content) if b.get("type") == "text")
-
-
-def _blocks(content: object) -> list[dict[str, Any]]:
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    if not isinstance(content, list):
-        return []
-    return [b for b in content if isinstance(b, dict)]
-
-
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _str(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _num(value: object) -> float | None:
-    """A finite number, else None; json.loads happily yields NaN, Infinity and bools."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _int(value: object) -> int:
-    return int(_num(value) or 0)
