@@ -178,3 +178,11 @@ def test_doctor_reports_bwrap_and_network(repo: Path) -> None:
 def test_doctor_fails_for_unavailable_backend(repo: Path) -> None:
     out = so("doctor", "-s", "microvm", cwd=repo)
     assert out.returncode == 1
+
+
+def test_config_says_which_backend_auto_picks_and_why(repo: Path) -> None:
+    env = {"SANDBOX": "auto", "DOCKER_HOST": "unix:///nonexistent.sock"}
+    data = json.loads(so("config", "--json", cwd=repo, env=env).stdout)
+    assert data["sandbox"]["value"] == "auto" and data["sandbox"]["resolved"] == "bwrap"
+    assert "no Docker engine" in data["sandbox"]["why"]
+    assert "sandbox now:  bwrap (auto → bwrap" in so("config", cwd=repo, env=env).stdout

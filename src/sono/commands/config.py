@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from sono.backends import choose_auto
 from sono.commands import _common as c
 from sono.config import project_config_path, user_config_path
 from sono.errors import SoError
@@ -17,15 +18,21 @@ def run(args: argparse.Namespace) -> int:
     except SoError:
         project = None
     cfg = c.config(args, project)
+    backend, why = cfg.sandbox, "set explicitly"
+    if backend == "auto":
+        backend, why = choose_auto(c.backend_settings(cfg))
     if getattr(args, "json", False):
-        c.print_json(cfg.to_json())
+        data = cfg.to_json()
+        data["sandbox"] = {**data["sandbox"], "resolved": backend, "why": why}
+        c.print_json(data)
         return 0
     rows = [(s.key, _show(s.value), s.source) for s in cfg.provenance()]
     width = max(len(r[0]) for r in rows)
     vwidth = max(len(r[1]) for r in rows)
     for key, value, source in rows:
         print(f"{key.ljust(width)}  {value.ljust(vwidth)}  {source}")
-    print(f"\nuser file:    {user_config_path(c.environ(), Path.home())}")
+    print(f"\nsandbox now:  {backend} ({why})")
+    print(f"user file:    {user_config_path(c.environ(), Path.home())}")
     if project is not None:
         print(f"project file: {project_config_path(project)}")
     return 0
