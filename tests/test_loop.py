@@ -200,3 +200,50 @@ def test_a_crashing_parser_keeps_lines_raw(tmp_path: Path, monkeypatch: pytest.M
     assert result.iterations[0].commits
     events = (sb.store.iteration_dir(sb.record.id, 1) / "events.jsonl").read_text()
     assert '"kind": "raw"' in events and "hello" in events
+
+
+def test_step_decision_replaces_the_next_prompt_once(tmp_path: Path) -> None:
+    from sono.loop import StepDecision
+
+    files = {
+        "specs/prompt.md": "Base.\n",
+        "specs/implementation-plan.md": "- [ ] a\n- [ ] b\n- [ ] c\n",
+    }
+    sb = sandbox_for(tmp_path, files)
+    decisions = iter([StepDecision(prompt="Edited.\n"), StepDecision()])
+    loop = Loop(
+        sb,
+        harness=CustomHarness(),
+        agent=AgentOptions(agent_cmd=agent_script(tmp_path, COMMIT_ONE)),
+        opts=LoopOptions(iterations=3, timeout_s=60, step=True),
+        reporter=PlainReporter(io.StringIO()),
+        env={},
+        host_home=tmp_path / "h",
+        step_hook=lambda _sb, _rec: next(decisions),
+    )
+    result = loop.run()
+    prompts = [
+        (sb.store.iteration_dir(sb.record.id, n) / "prompt.md").read_text() for n in (1, 2, 3)
+    ]
+    assert len(result.iterations) == 3
+    assert prompts[0].startswith("Base.") and prompts[1].startswith("Edited.")
+    assert prompts[2].startswith("Base.")
+    assert all("Do NOT commit" in p for p in prompts)
+
+
+def test_step_stop_ends_the_loop(tmp_path: Path) -> None:
+    from sono.loop import StepDecision
+
+    sb = sandbox_for(tmp_path, {"specs/prompt.md": "x\n"})
+    loop = Loop(
+        sb,
+        harness=CustomHarness(),
+        agent=AgentOptions(agent_cmd=agent_script(tmp_path, COMMIT_ONE)),
+        opts=LoopOptions(iterations=3, timeout_s=60, step=True),
+        reporter=PlainReporter(io.StringIO()),
+        env={},
+        host_home=tmp_path / "h",
+        step_hook=lambda _sb, _rec: StepDecision(stop=True),
+    )
+    result = loop.run()
+    assert result.outcome == "stopped" and result.exit_code == 0 and len(result.iterations) == 1

@@ -117,7 +117,15 @@ class Reporter(Protocol):
 
 
 # Between iterations in step mode: returns "continue" or "stop".
-StepHook = Callable[[Sandbox, IterationRecord], str]
+@dataclass(frozen=True)
+class StepDecision:
+    """What the human chose between iterations in step mode."""
+
+    stop: bool = False
+    prompt: str | None = None  # replaces the base prompt for the next iteration only
+
+
+StepHook = Callable[[Sandbox, IterationRecord], StepDecision]
 
 
 class Loop:
@@ -142,6 +150,7 @@ class Loop:
         self.step_hook = step_hook
         self.host_home = host_home or Path.home()
         self._tally = Tally()
+        self._next_prompt: str | None = None
 
     def planned_iterations(self) -> int:
         if not self.opts.cap_by_plan or self.opts.prompt is not None:
@@ -173,13 +182,12 @@ class Loop:
                     outcome = "no_progress"
                     message = f"{idle} iteration(s) in a row without a new commit"
                     break
-                if (
-                    self.step_hook
-                    and offset + 1 < planned
-                    and self.step_hook(self.sb, rec) == "stop"
-                ):
-                    outcome, message = "stopped", "stopped by you between iterations"
-                    break
+                if self.step_hook and offset + 1 < planned:
+                    decision = self.step_hook(self.sb, rec)
+                    if decision.stop:
+                        outcome, message = "stopped", "stopped by you between iterations"
+                        break
+                    self._next_prompt = decision.prompt
         except KeyboardInterrupt:
             self.reporter.note("interrupted: stopping the agent")  # also ends a live view
             self._finish("interrupted", "interrupted (Ctrl-C)")
@@ -291,7 +299,9 @@ class Loop:
         return None
 
     def prompt(self, i: int, planned: int) -> str:
-        if self.opts.prompt is not None:
+        if self._next_prompt is not None:
+            base, self._next_prompt = self._next_prompt, None
+        elif self.opts.prompt is not None:
             base = self.opts.prompt(self.sb)
         else:
             base = read_workspace_file(self.sb.work, specs.PROMPT) or ""

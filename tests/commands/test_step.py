@@ -1,0 +1,85 @@
+"""The step dialogue between iterations, on real git (fake backend at the seam)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fakes import fake_sandbox
+from helpers import git, make_repo
+from sono.commands.step import between
+from sono.sandbox import Sandbox
+from sono.state import IterationRecord
+
+
+def iteration(tmp_path: Path) -> tuple[Sandbox, IterationRecord]:
+    repo = make_repo(tmp_path / "p", {"a.txt": "a\n", "specs/prompt.md": "Original prompt\n"})
+    sb = fake_sandbox(tmp_path, repo)
+    before = sb.git.head()
+    (sb.work / "a.txt").write_text("changed\n")
+    sb.git.commit_all("iteration 1 work")
+    sb.git("update-ref", sb.record.iter_ref(1), "HEAD")
+    after = sb.git.head()
+    rec = IterationRecord(
+        n=1,
+        started="t",
+        duration_s=1.0,
+        exit_code=0,
+        timed_out=False,
+        head_before=before,
+        head_after=after,
+        commits=(after,),
+        commit_retries=0,
+        auto_committed=True,
+        status_after="pending",
+        events=0,
+    )
+    return sb, rec
+
+
+def answers(*values: str) -> Iterator[str]:
+    yield from values
+
+
+def test_continue_after_showing_the_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sb, rec = iteration(tmp_path)
+    asked = answers("c")
+    decision = between(sb, rec, lambda _q: next(asked))
+    assert not decision.stop and decision.prompt is None
+    assert "a.txt" in capsys.readouterr().out  # the iteration's diff summary
+
+
+def test_show_diff_then_stop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sb, rec = iteration(tmp_path)
+    asked = answers("d", "s")
+    assert between(sb, rec, lambda _q: next(asked)).stop
+    assert "+changed" in capsys.readouterr().out
+
+
+def test_edit_the_next_prompt(tmp_path: Path) -> None:
+    sb, rec = iteration(tmp_path)
+    seen: list[str] = []
+
+    def edit(text: str) -> str:
+        seen.append(text)
+        return "Focus on tests next.\n"
+
+    asked = answers("e", "c")
+    decision = between(sb, rec, lambda _q: next(asked), edit=edit)
+    assert seen == ["Original prompt\n"]
+    assert decision.prompt == "Focus on tests next.\n"
+
+
+def test_reset_this_iteration(tmp_path: Path) -> None:
+    sb, rec = iteration(tmp_path)
+    (sb.work / "junk.txt").write_text("untracked")
+    asked = answers("r", "c")
+    between(sb, rec, lambda _q: next(asked))
+    assert sb.git.head() == rec.head_before
+    assert (sb.work / "a.txt").read_text() == "a\n" and not (sb.work / "junk.txt").exists()
+    # The iteration's ref stays on the timeline.
+    assert git(sb.work, "rev-parse", sb.record.iter_ref(1)) == rec.head_after
