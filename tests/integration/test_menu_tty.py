@@ -90,7 +90,9 @@ def test_step_asks_between_iterations(tmp_path: Path) -> None:
     script.write_text(AGENT)
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     term = Terminal([SO, "step", "-H", "custom", "--agent-cmd", str(script), "-i", "3"], repo)
-    term.expect("iteration 1 done: [c]ontinue, show [d]iff, [e]dit next prompt")
+    term.expect(
+        "iteration 1 done: [c]ontinue, show [d]iff, [e]dit next prompt, [r]eset this iteration, [s]top?"
+    )
     term.send("d")
     assert "+line 1" in term.expect("[s]top?")
     term.send("c")
