@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pty
 import select
 import stat
 import subprocess
+import termios
 import time
 from pathlib import Path
 
@@ -24,12 +26,25 @@ git add -A && git commit -qm "note $SO_ITERATION"
 """
 
 
+def _controlling_terminal() -> None:
+    """A new session whose controlling terminal is the pty, as in a real terminal: Ctrl-C
+    then raises SIGINT in the foreground process group."""
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
 class Terminal:
     def __init__(self, argv: list[str], cwd: Path) -> None:
         self.master, slave = pty.openpty()
         env = {**os.environ, "PAGER": "cat", "TERM": "dumb", "NO_COLOR": "1"}
         self.proc = subprocess.Popen(
-            argv, cwd=cwd, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True
+            argv,
+            cwd=cwd,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            preexec_fn=_controlling_terminal,  # noqa: PLW1509 - no threads run in these tests
         )
         os.close(slave)
         self.screen = ""
@@ -91,7 +106,8 @@ def test_step_asks_between_iterations(tmp_path: Path) -> None:
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     term = Terminal([SO, "step", "-H", "custom", "--agent-cmd", str(script), "-i", "3"], repo)
     term.expect(
-        "iteration 1 done: [c]ontinue, show [d]iff, [e]dit next prompt, [r]eset this iteration, [s]top?"
+        "iteration 1 done: [c]ontinue, show [d]iff, [e]dit next prompt, "
+        "[r]eset this iteration, [s]top?"
     )
     term.send("d")
     assert "+line 1" in term.expect("[s]top?")
@@ -120,3 +136,18 @@ def test_plan_hands_the_terminal_to_the_agent(tmp_path: Path) -> None:
     term.expect("answer was more tests")
     assert term.proc.wait(timeout=30) == 0
     assert (repo / "specs" / "implementation-plan.md").is_file()
+
+
+def test_ctrl_c_in_plan_goes_to_the_agent_and_so_returns(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "proj")
+    script = tmp_path / "planner.sh"
+    script.write_text(
+        "#!/bin/bash\ntrap 'echo agent-got-sigint; exit 0' INT\n"
+        "echo planner-ready\nwhile true; do sleep 0.1; done\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    term = Terminal([SO, "plan", "-H", "custom", "--agent-cmd", str(script)], repo)
+    term.expect("planner-ready")
+    os.write(term.master, b"\x03")
+    term.expect("agent-got-sigint")
+    assert term.proc.wait(timeout=30) == 0  # so itself was not killed by the Ctrl-C
