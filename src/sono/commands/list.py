@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 from datetime import UTC, datetime
 
-from sono.commands import _common as c
-from sono.state import SandboxRecord
+import json
+import os
+
+# Only the state module: `so list` must start fast (no harness, backend or loop imports).
+from sono.state import SandboxRecord, Store, so_home
 
 
 def age(created: str, now: datetime | None = None) -> str:
@@ -51,9 +54,9 @@ def table(records: list[SandboxRecord]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    records = c.store().all()
+    records = Store(so_home(os.environ)).all()
     if getattr(args, "json", False):
-        c.print_json([as_json(r) for r in records])
+        print(json.dumps([as_json(r) for r in records], indent=2, sort_keys=True))
     elif not records:
         print("no sandboxes yet: start one with `so run` (or try `so demo`)")
     else:
