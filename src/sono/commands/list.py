@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime
-
 import json
 import os
+from datetime import UTC, datetime
 
 # Only the state module: `so list` must start fast (no harness, backend or loop imports).
 from sono.state import SandboxRecord, Store, so_home
