@@ -1,4 +1,5 @@
-"""The numbered review menu driven through a real pseudo-terminal: diff → reset → merge."""
+"""Terminal flows for real: the review TUI in tmux (diff → reset → merge), and the commands
+that talk to a person through a pseudo-terminal (step, plan)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import pty
 import select
+import shlex
 import stat
 import subprocess
 import termios
@@ -68,7 +70,55 @@ class Terminal:
         os.write(self.master, (line + "\n").encode())
 
 
+class Tmux:
+    """A full-screen app in a detached tmux session on a private server: keys in, screen out."""
+
+    def __init__(self, tmp: Path, command: list[str], cwd: Path, size: tuple[int, int]) -> None:
+        self.socket = tmp / "tmux.sock"
+        self.status = tmp / "exit-status"
+        shell = f"{shlex.join(command)}; echo $? > {shlex.quote(str(self.status))}"
+        width, height = size
+        self._tmux("new-session", "-d", "-s", "so", "-x", str(width), "-y", str(height))
+        self._tmux("send-keys", "-t", "so", f"cd {shlex.quote(str(cwd))} && {shell}", "Enter")
+
+    def _tmux(self, *args: str) -> str:
+        out = subprocess.run(
+            ["tmux", "-S", str(self.socket), *args],
+            check=True,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "TERM": "xterm-256color"},
+        )
+        return out.stdout
+
+    def keys(self, *keys: str) -> None:
+        for key in keys:  # one at a time, as a person types: each may open a screen
+            self._tmux("send-keys", "-t", "so", key)
+            time.sleep(0.2)
+
+    def expect(self, text: str, timeout: float = 30) -> str:
+        """Wait until ``text`` is on screen (whitespace-normalised: dialogs wrap lines)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            screen = self._tmux("capture-pane", "-p", "-t", "so")
+            if text in " ".join(screen.split()):
+                return screen
+            assert time.monotonic() < deadline, f"never saw {text!r}; screen:\n{screen}"
+            time.sleep(0.2)
+
+    def exit_code(self, timeout: float = 30) -> int:
+        deadline = time.monotonic() + timeout
+        while not self.status.is_file():
+            assert time.monotonic() < deadline, "the app did not exit"
+            time.sleep(0.2)
+        return int(self.status.read_text())
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-S", str(self.socket), "kill-server"], check=False)
+
+
 def test_menu_diff_reset_merge(tmp_path: Path) -> None:
+    """The review TUI end to end: a real loop's sandbox, then diff → reset → merge by keys."""
     repo = make_repo(tmp_path / "proj", {"README.md": "# p\n", "specs/prompt.md": "go\n"})
     script = tmp_path / "agent.sh"
     script.write_text(AGENT)
@@ -76,25 +126,33 @@ def test_menu_diff_reset_merge(tmp_path: Path) -> None:
     out = so("run", "-H", "custom", "--agent-cmd", str(script), "-i", "2", "--yes", cwd=repo)
     assert out.returncode == 5, out.stderr
     [rec] = json.loads(so("list", "--json", cwd=repo).stdout)
+    sid = rec["id"]
 
-    term = Terminal([SO, "menu"], cwd=repo)
-    assert rec["id"] in term.expect("sandbox number or id")
-    term.send("1")
-    term.expect("[d]iff")
-    term.send("d")
-    assert "+line 2" in term.expect("[d]iff")
-    term.send("r")
-    term.expect("reset to")
-    term.send("iter-1")
-    term.expect("[y/N]")
-    term.send("y")
-    term.expect("[d]iff")
-    term.send("m")
-    term.expect("[y/N]")
-    term.send("y")
-    term.expect("merged")
-    term.expect("no sandboxes yet")
-    assert term.proc.wait(timeout=30) == 0
+    term = Tmux(tmp_path, [SO, "menu"], cwd=repo, size=(100, 30))
+    try:
+        term.expect(f"{sid} ■ stopped")
+        term.expect("d diff s shell r reset c continue m merge x delete l logs q quit")
+        term.keys("d")
+        term.expect("+line 2")
+        term.expect("2 note 2")  # the timeline: one entry per iteration
+        term.keys("Escape")
+        term.expect("d diff s shell")
+        term.keys("r")
+        term.expect("iter-1 note 1")
+        term.keys("Down", "Enter")  # iter-2, [iter-1], base, commits…
+        term.expect(f"reset {sid} to iter-1?")
+        term.keys("y")
+        term.expect("reset to iter-1")
+        term.keys("m")
+        term.expect(f"merge {sid} into")
+        term.keys("y")
+        term.expect("staged, not committed")
+        term.keys("Escape")
+        term.expect("no sandboxes yet")
+        term.keys("q")
+        assert term.exit_code() == 0
+    finally:
+        term.close()
     assert git(repo, "diff", "--cached").count("+line") == 1  # iteration 2 was reset away
     assert json.loads(so("list", "--json", cwd=repo).stdout) == []
 

@@ -187,6 +187,9 @@ def reporter(args: argparse.Namespace) -> Reporter:
     return PlainReporter(quiet=quiet)
 
 
+default_reporter = reporter  # run_loop's `reporter` parameter shadows the function
+
+
 def run_loop(
     args: argparse.Namespace,
     sandbox: Sandbox,
@@ -196,8 +199,10 @@ def run_loop(
     prompt: Callable[[Sandbox], str] | None = None,
     step_hook: StepHook | None = None,
     env_overrides: Mapping[str, str] | None = None,
+    reporter: Reporter | None = None,
 ) -> LoopResult | None:
-    """Run the loop; on Ctrl-C print how to continue and return None."""
+    """Run the loop; on Ctrl-C print how to continue and return None. ``reporter``
+    replaces the one the flags choose (the review TUI shows progress itself)."""
     sandbox.with_mounts(agent.mounts)
     opts = LoopOptions(
         iterations=cfg.iterations,
@@ -215,7 +220,7 @@ def run_loop(
         harness=agent.harness,
         agent=agent.options,
         opts=opts,
-        reporter=reporter(args),
+        reporter=reporter or default_reporter(args),
         env=env,
         step_hook=step_hook,
     )

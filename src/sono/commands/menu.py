@@ -1,15 +1,19 @@
-"""so menu (and bare so): a numbered review menu. Without a terminal it prints the list."""
+"""so menu (and bare so): the review TUI (sono.ui.tui). Without a terminal it prints the
+list and exits 0; on a terminal that cannot draw a full-screen app (TERM=dumb) it falls
+back to the seed's numbered menu."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 
 from sono.commands import _common as c
 from sono.commands.list import table
 from sono.errors import SoError
 from sono.review import merge, reset, show_diff
 from sono.sandbox import open_sandbox, remove_sandbox
+from sono.state import SandboxRecord
 
 ACTIONS = "[d]iff  [s]hell  [r]eset  [c]ontinue  [m]erge  [x] delete  [q]uit"
 
@@ -20,6 +24,19 @@ def run(args: argparse.Namespace) -> int:
     if not c.interactive_tty():
         print(table(records) if records else "no sandboxes yet: start one with `so run`")
         return 0
+    if _can_draw():
+        from sono.ui.tui import run_app
+
+        return run_app(args)
+    return _numbered_menu(args, records)
+
+
+def _can_draw() -> bool:
+    return os.environ.get("TERM", "") not in ("", "dumb")
+
+
+def _numbered_menu(args: argparse.Namespace, records: list[SandboxRecord]) -> int:
+    store = c.store()
     while records:
         print(table(records))
         answer = input("\nsandbox number or id (q to quit): ").strip()
@@ -27,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         chosen = _pick(answer, [r.id for r in records])
         if chosen:
-            sandbox_menu(args, chosen)
+            _sandbox_keys(args, chosen)
         records = store.all()
     print("no sandboxes yet: start one with `so run`")
     return 0
@@ -41,6 +58,17 @@ def _pick(answer: str, ids: list[str]) -> str | None:
 
 
 def sandbox_menu(args: argparse.Namespace, sandbox_id: str) -> None:
+    """Review one sandbox (after `so run` on a terminal): the TUI with that sandbox
+    selected, or the numbered keys on a dumb terminal."""
+    if _can_draw():
+        from sono.ui.tui import run_app
+
+        run_app(args, focus=sandbox_id)
+        return
+    _sandbox_keys(args, sandbox_id)
+
+
+def _sandbox_keys(args: argparse.Namespace, sandbox_id: str) -> None:
     """The seed's review keys for one sandbox; returns on q/Esc or when it is gone."""
     while True:
         sandbox = open_sandbox(c.store(), sandbox_id)

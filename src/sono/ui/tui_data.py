@@ -1,0 +1,172 @@
+"""What the review TUI shows, as plain data: rows, labels, timelines, log lines.
+
+Nothing here touches Textual, so it is tested (and reused) without an app. Functions that
+take a ``Sandbox`` run git inside it: call them off the UI thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sono.errors import SoError
+from sono.loop import LoopResult, Reporter
+from sono.sandbox import Sandbox
+from sono.state import SandboxRecord, Store
+
+# A symbol as well as a colour: the status must read the same with NO_COLOR.
+STATUS_MARK = {
+    "running": ("▶", "yellow"),
+    "done": ("✓", "green"),
+    "blocked": ("‼", "magenta"),
+    "stopped": ("■", ""),
+    "failed": ("✗", "red"),
+    "created": ("·", ""),
+}
+
+
+def status_label(status: str) -> tuple[str, str]:
+    """``(text, style)`` for a status: the text alone says it all."""
+    mark, style = STATUS_MARK.get(status, ("?", ""))
+    return f"{mark} {status}", style
+
+
+@dataclass(frozen=True)
+class Group:
+    title: str
+    records: tuple[SandboxRecord, ...]
+
+
+def groups(records: Iterable[SandboxRecord]) -> list[Group]:
+    """Sandboxes by project (path), titled by name; the path only when names clash."""
+    by_path: dict[str, list[SandboxRecord]] = {}
+    for rec in records:
+        by_path.setdefault(rec.project, []).append(rec)
+    names = [recs[0].project_name for recs in by_path.values()]
+    out = []
+    for path, recs in sorted(by_path.items(), key=lambda kv: (kv[1][0].project_name, kv[0])):
+        name = recs[0].project_name
+        title = f"{name} ({path})" if names.count(name) > 1 else name
+        out.append(Group(title, tuple(recs)))
+    return out
+
+
+_SHORTSTAT = re.compile(
+    r"(\d+) files? changed(?:, (\d+) insertions?\(\+\))?(?:, (\d+) deletions?)?"
+)
+
+
+def parse_shortstat(text: str) -> str:
+    """`` 2 files changed, 3 insertions(+), 1 deletion(-)`` → ``2f +3 -1``."""
+    match = _SHORTSTAT.search(text)
+    if not match:
+        return "-"
+    files, plus, minus = (int(g or 0) for g in match.groups())
+    return f"{files}f +{plus} -{minus}"
+
+
+def diff_stat(sandbox: Sandbox) -> str:
+    out = sandbox.git.out("diff", "--shortstat", sandbox.record.base_ref, "HEAD")
+    return parse_shortstat(out)
+
+
+def timeline(sandbox: Sandbox) -> list[tuple[int, str]]:
+    """``(n, subject of the commit iter-n points at)``, oldest first, one git call."""
+    prefix = f"refs/so/{sandbox.record.id}/iter/"
+    out = sandbox.git.out("for-each-ref", "--format=%(refname) %(subject)", prefix)
+    entries = []
+    for line in out.splitlines():
+        ref, _, subject = line.partition(" ")
+        tail = ref.removeprefix(prefix)
+        if tail.isdigit():
+            entries.append((int(tail), subject))
+    return sorted(entries)
+
+
+def reset_targets(sandbox: Sandbox) -> list[tuple[str, str]]:
+    """``(rev, label)``: the iterations (newest first), base, then each commit since base."""
+    targets = [(f"iter-{n}", f"iter-{n}  {subject}") for n, subject in reversed(timeline(sandbox))]
+    targets.append(("base", "base  (where the sandbox started)"))
+    log = sandbox.git.out("log", "--format=%h %s", f"{sandbox.record.base_ref}..HEAD")
+    for line in log.splitlines():
+        commit, _, subject = line.partition(" ")
+        targets.append((commit, f"{commit}  {subject}"))
+    return targets
+
+
+def iteration_numbers(store: Store, sandbox_id: str) -> list[int]:
+    """Iterations with a directory of logs, even one interrupted before its record."""
+    base = store.dir(sandbox_id) / "iterations"
+    if not base.is_dir():
+        return []
+    return sorted(int(p.name) for p in base.iterdir() if p.name.isdigit())
+
+
+def event_line(data: dict[str, Any]) -> str:
+    """One stored event → ``kind  short text``."""
+    kind = str(data.get("kind", "?"))
+    if kind == "tool_call":
+        text = f"{data.get('name', '')}: {data.get('summary', '')}"
+    elif kind == "tool_result":
+        text = ("ok " if data.get("ok", True) else "ERROR ") + str(data.get("summary", ""))
+    elif kind == "usage":
+        text = f"{data.get('input_tokens', 0)} in / {data.get('output_tokens', 0)} out"
+    elif kind == "result":
+        text = ("ok " if data.get("ok", True) else "error ") + str(data.get("text", ""))
+    else:
+        keys = ("text", "message", "path", "line", "model")
+        text = next((str(data[k]) for k in keys if data.get(k)), "")
+    short = " ".join(text.split())
+    return f"{kind:<12} {short[:200]}"
+
+
+TAIL_LINES = 2000  # a screen of logs, not a whole multi-megabyte run
+
+
+def _tail(path: Path) -> list[str]:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            return list(deque(fh, maxlen=TAIL_LINES))
+    except FileNotFoundError:
+        return []
+
+
+def event_lines(store: Store, sandbox_id: str, n: int) -> list[str]:
+    lines = []
+    for raw in _tail(store.iteration_dir(sandbox_id, n) / "events.jsonl"):
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = {"kind": "raw", "line": raw}
+        lines.append(event_line(data if isinstance(data, dict) else {"kind": "raw", "line": raw}))
+    return lines or ["(no events recorded)"]
+
+
+def raw_lines(store: Store, sandbox_id: str, n: int) -> list[str]:
+    lines = [line.rstrip("\n") for line in _tail(store.iteration_dir(sandbox_id, n) / "output.log")]
+    return lines or ["(no output recorded)"]
+
+
+def continue_loop(
+    args: argparse.Namespace, sandbox: Sandbox, count: int, reporter: Reporter
+) -> LoopResult | None:
+    """``so continue ID -i COUNT`` with another reporter: the same config and agent rules."""
+    from sono.commands import _common as c
+
+    rec = sandbox.record
+    if rec.live_status() == "running":
+        raise SoError(f"sandbox {rec.id} is already running (pid {rec.runner_pid})")
+    ns = argparse.Namespace(**{**vars(args), "iterations": count})
+    # The sandbox keeps the agent it was started with unless a flag says otherwise.
+    for key in ("harness", "model", "effort", "agent_cmd"):
+        if getattr(ns, key, None) is None and getattr(rec, key) is not None:
+            setattr(ns, key, getattr(rec, key))
+    cfg = c.config(ns, Path(rec.project))
+    agent = c.resolve_agent(cfg, harness_name=cfg.harness)
+    return c.run_loop(ns, sandbox, agent, cfg, reporter=reporter)
