@@ -117,13 +117,13 @@ class Tmux:
         subprocess.run(["tmux", "-S", str(self.socket), "kill-server"], check=False)
 
 
-def test_menu_diff_reset_merge(tmp_path: Path) -> None:
-    """The review TUI end to end: a real loop's sandbox, then diff → reset → merge by keys."""
-    repo = make_repo(tmp_path / "proj", {"README.md": "# p\n", "specs/prompt.md": "go\n"})
-    script = tmp_path / "agent.sh"
-    script.write_text(AGENT)
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    out = so("run", "-H", "custom", "--agent-cmd", str(script), "-i", "2", "--yes", cwd=repo)
+def test_menu_diff_reset_merge(tmp_path: Path, claude_env: dict[str, str]) -> None:
+    """The review TUI end to end: a real loop's sandbox (the real claude CLI against the
+    scripted model server), then diff → reset → merge by keys in tmux."""
+    step = 'echo "line {i}" >> notes.txt && git add -A && git commit -qm "note {i}"'
+    prompt = f"Write a note.\n<so-script>{step}</so-script>\n"
+    repo = make_repo(tmp_path / "proj", {"README.md": "# p\n", "specs/prompt.md": prompt})
+    out = so("run", "-H", "claude", "-i", "2", "--yes", cwd=repo, env=claude_env)
     assert out.returncode == 5, out.stderr
     [rec] = json.loads(so("list", "--json", cwd=repo).stdout)
     sid = rec["id"]
