@@ -118,3 +118,18 @@ def test_read_workspace_file_refuses_links_out(tmp_path: Path) -> None:
     assert read_workspace_file(tmp_path / "work", "status.md") is None
     assert read_workspace_file(tmp_path / "work", "ok.md") == "fine"
     assert read_workspace_file(tmp_path / "work", "missing.md") is None
+
+
+def test_batched_git_queries(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "p", {"a.txt": "a\n"})
+    sb = new_sandbox(tmp_path, repo)
+    base = sb.record.base_ref
+    head, recent = sb.git.before(base)
+    assert head == sb.record.base_commit and recent == []
+    (sb.work / "b.txt").write_text("b\n")
+    (sb.work / "c.txt").write_text("c\n")
+    sb.git.commit_all("add b and c")
+    after, changed, commits, total = sb.git.after(sb.record.iter_ref(1), head, base)
+    assert git(sb.work, "rev-parse", sb.record.iter_ref(1)) == after
+    assert changed == ["b.txt", "c.txt"] and commits == [after] and total == 1
+    assert sb.git.before(base)[1] == [f"{after[:7]} add b and c"]

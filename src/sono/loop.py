@@ -214,9 +214,10 @@ class Loop:
     def iteration(self, n: int, i: int, planned: int) -> IterationRecord:
         """One fresh agent process, then commit enforcement, refs and records."""
         self.reporter.iteration_started(i, planned, self.sb.record.id)
-        start = _Start(self.sb.git.head(), now_iso(), time.monotonic())
+        head, recent = self.sb.git.before(self.sb.record.base_ref)
+        start = _Start(head, now_iso(), time.monotonic())
         self._tally = Tally()
-        prompt = self.prompt(i, planned)
+        prompt = self.prompt(i, planned, recent)
         try:
             exit_code, timed_out, events = self.run_agent(n, prompt, "agent")
         except KeyboardInterrupt:
@@ -267,18 +268,18 @@ class Loop:
 
     def _close(self, n: int, start: _Start, **fields: Any) -> IterationRecord:
         """Tag the iteration's end, store its record and update the registry."""
-        git = self.sb.git
-        head = git.head()
-        git("update-ref", self.sb.record.iter_ref(n), head)
+        rec_ = self.sb.record
+        head, changed, commits, total = self.sb.git.after(
+            rec_.iter_ref(n), start.head, rec_.base_ref
+        )
         status = specs.parse_status(read_workspace_file(self.sb.work, specs.STATUS))
-        changed = git.out("diff", "--name-only", start.head, head).splitlines()
         rec = IterationRecord(
             n=n,
             started=start.at,
             duration_s=round(time.monotonic() - start.t0, 3),
             head_before=start.head,
             head_after=head,
-            commits=tuple(git.commits(start.head, head)),
+            commits=tuple(commits),
             status_after=status,
             files_changed=len(changed),
             tokens_in=self._tally.tokens_in,
@@ -288,7 +289,7 @@ class Loop:
             **fields,
         )
         self.sb.store.write_iteration(self.sb.record.id, rec)
-        self.sb.save(iterations=n, commits=self._count_commits())
+        self.sb.save(iterations=n, commits=total)
         return rec
 
     def _agent_error(self, rec: IterationRecord) -> str | None:
@@ -298,14 +299,13 @@ class Loop:
             return f"agent exited with {rec.exit_code} in iteration {rec.n}"
         return None
 
-    def prompt(self, i: int, planned: int) -> str:
+    def prompt(self, i: int, planned: int, recent: list[str]) -> str:
         if self._next_prompt is not None:
             base, self._next_prompt = self._next_prompt, None
         elif self.opts.prompt is not None:
             base = self.opts.prompt(self.sb)
         else:
             base = read_workspace_file(self.sb.work, specs.PROMPT) or ""
-        recent = self.sb.git.log_lines(self.sb.record.base_ref)
         return specs.compose_prompt(base, recent, i, planned, step=self.opts.step)
 
     def run_agent(self, n: int, prompt: str, name: str) -> tuple[int | None, bool, int]:

@@ -27,6 +27,7 @@ from sono.backends.base import Backend, SandboxSpec
 from sono.errors import SoError
 
 SANDBOX_IDENTITY = ("so sandbox", "so@sandbox.invalid")
+MARK = "@@so-section@@"  # separates the outputs of batched git queries
 # No hooks, no fsmonitor daemon, and never an opportunistic index rewrite on the host.
 GIT_SAFE = ("--no-optional-locks", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 
@@ -191,9 +192,36 @@ class SandboxGit:
         out = self.out("rev-list", "--reverse", f"{since}..{until}")
         return out.splitlines()
 
-    def log_lines(self, since: str, limit: int = 10) -> list[str]:
-        out = self.out("log", f"-{limit}", "--format=%h %s", f"{since}..HEAD")
-        return out.splitlines()
+    def before(self, base_ref: str, limit: int = 10) -> tuple[str, list[str]]:
+        """HEAD and the recent commits since ``base_ref`` (``hash subject``), in one exec."""
+        out = self._sh(
+            'git rev-parse HEAD && echo "$0" && git log -"$2" --format="%h %s" "$1..HEAD"',
+            base_ref,
+            str(limit),
+        )
+        head, recent = out.split(f"{MARK}\n", 1) if MARK in out else (out, "")
+        return head.strip(), recent.splitlines()
+
+    def after(
+        self, iter_ref: str, since: str, base_ref: str
+    ) -> tuple[str, list[str], list[str], int]:
+        """Tag HEAD as ``iter_ref``; return HEAD, files changed and commits since ``since``,
+        and the number of commits since ``base_ref`` — one exec instead of five."""
+        out = self._sh(
+            'set -e; head=$(git rev-parse HEAD); git update-ref "$1" "$head"; echo "$head"; '
+            'echo "$0"; git diff --name-only "$2" "$head"; echo "$0"; '
+            'git rev-list --reverse "$2..$head"; echo "$0"; git rev-list --count "$3..$head"',
+            iter_ref,
+            since,
+            base_ref,
+        )
+        head, changed, commits, count = (part.strip() for part in out.split(f"{MARK}\n"))
+        return head, changed.splitlines(), commits.splitlines(), int(count or 0)
+
+    def _sh(self, script: str, *args: str) -> str:
+        # $0 is the section marker; the arguments follow as $1, $2, …
+        result = self.backend.run(spec=self.spec, argv=["sh", "-c", script, MARK, *args])
+        return result.stdout
 
     def commit_all(self, message: str) -> None:
         self("add", "-A")
