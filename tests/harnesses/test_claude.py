@@ -44,6 +44,7 @@ def test_env_forwards_only_claude_credentials() -> None:
     )
     assert env["ANTHROPIC_API_KEY"] == "k" and env["CLAUDE_CODE_OAUTH_TOKEN"] == "t"
     assert "AWS_SECRET_ACCESS_KEY" not in env and "GITHUB_TOKEN" not in env
+    assert env["DISABLE_AUTOUPDATER"] == env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
 
 
 def test_provision_copies_credentials_not_history(tmp_path: Path) -> None:

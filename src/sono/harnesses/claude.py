@@ -66,6 +66,8 @@ class ClaudeHarness:
     def env(self, host_env: Mapping[str, str], opts: AgentOptions) -> dict[str, str]:
         env = {k: v for k, v in host_env.items() if k.startswith(ENV_PREFIXES)}
         env.setdefault("DISABLE_AUTOUPDATER", "1")
+        # No telemetry or title side-requests from an unattended, fresh-context run.
+        env.setdefault("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
         # The agent runs as an unprivileged uid inside; this only matters under Docker-as-root.
         env.setdefault("IS_SANDBOX", "1")
         return env
