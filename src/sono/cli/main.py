@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
-import tempfile
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -196,6 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "verbose", False):
+        import logging  # lazy: start-up time matters for `so list`
+
         logging.basicConfig(level=logging.DEBUG, format="so: %(message)s")
     command = args.command or "menu"
     module = importlib.import_module(f"sono.commands.{command}")
@@ -208,6 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("so: interrupted", file=sys.stderr)
         return 130
     except Exception:
+        import tempfile
+        import traceback
+
         log = Path(tempfile.gettempdir()) / f"so-crash-{os.getpid()}.log"
         log.write_text(traceback.format_exc())
         print(f"so: unexpected error ({sys.exc_info()[1]!r}); traceback in {log}", file=sys.stderr)
