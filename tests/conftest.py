@@ -47,7 +47,27 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
     monkeypatch.setenv("SANDBOX", "bwrap")
     before = _snapshot(real_home)
     yield home
+    _remove_containers(tmp_path / "so-home")
     assert _snapshot(real_home) == before, "a test wrote to the real home directory"
+
+
+def _remove_containers(so_home: Path) -> None:
+    """Docker sandboxes a test left behind (it did not merge or rm them) must not pile up."""
+    root = so_home / "sandboxes"
+    ids = [p.name for p in root.iterdir()] if root.is_dir() else []
+    if not ids:
+        return
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        for sandbox_id in ids:
+            for c in client.containers.list(
+                all=True, filters={"label": f"so.sandbox={sandbox_id}"}
+            ):
+                c.remove(force=True)
+    except Exception:  # no engine: nothing of ours to clean
+        return
 
 
 def _snapshot(home: Path) -> set[str]:
