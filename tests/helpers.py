@@ -78,3 +78,15 @@ def unique_sleep() -> str:
 def pids(pattern: str) -> list[str]:
     out = subprocess.run(["pgrep", "-f", pattern], check=False, capture_output=True, text=True)
     return out.stdout.split()
+
+
+def spec_repo(tmp_path: Path, script: str, plan: str) -> Path:
+    """A project whose prompt carries a `<so-script>` step for the scripted model server."""
+    prompt = f"Do one item of the plan.\n<so-script>{script}</so-script>\n"
+    files = {
+        "README.md": "# project\n",
+        "specs/prompt.md": prompt,
+        "specs/implementation-plan.md": plan,
+        "specs/status.md": "Status: pending\n",
+    }
+    return make_repo(tmp_path / "project", files)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import SO, git, make_repo, pids, so, tree_snapshot, unique_sleep
+import helpers
+from helpers import SO, git, pids, so, tree_snapshot, unique_sleep
 
 pytestmark = pytest.mark.integration
 
@@ -28,16 +29,7 @@ git add -A && git commit -q -m "item $n"
 
 
 def spec_repo(tmp_path: Path, script: str, plan: str = PLAN3) -> Path:
-    prompt = f"Do one item of the plan.\n<so-script>{script}</so-script>\n"
-    return make_repo(
-        tmp_path / "project",
-        {
-            "README.md": "# project\n",
-            "specs/prompt.md": prompt,
-            "specs/implementation-plan.md": plan,
-            "specs/status.md": "Status: pending\n",
-        },
-    )
+    return helpers.spec_repo(tmp_path, script, plan)
 
 
 def sandboxes(repo: Path) -> list[dict[str, object]]:

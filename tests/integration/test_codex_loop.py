@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, make_repo, so
+from helpers import git, so, spec_repo
 from sono.testing.model_server import ModelServer
 
 pytestmark = pytest.mark.integration
@@ -30,19 +30,6 @@ git add -A && git commit -q -m "item $n"
 def codex_env(installed_agent: Callable[[str], Path], model_server: ModelServer) -> dict[str, str]:
     installed_agent("codex")
     return {"OPENAI_BASE_URL": model_server.url, "OPENAI_API_KEY": "sk-test-placeholder"}
-
-
-def spec_repo(tmp_path: Path, script: str, plan: str) -> Path:
-    prompt = f"Do one item of the plan.\n<so-script>{script}</so-script>\n"
-    return make_repo(
-        tmp_path / "project",
-        {
-            "README.md": "# project\n",
-            "specs/prompt.md": prompt,
-            "specs/implementation-plan.md": plan,
-            "specs/status.md": "Status: pending\n",
-        },
-    )
 
 
 def test_codex_runs_two_iterations_and_commits(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, make_repo, so
+from helpers import git, so, spec_repo
 from sono.testing.model_server import ModelServer
 
 pytestmark = pytest.mark.integration
@@ -34,19 +34,6 @@ def opencode_env(
     installed_agent("opencode")
     # A bare host, as for codex: the harness adds /v1 (the same value serves both).
     return {"OPENAI_BASE_URL": model_server.url, "OPENAI_API_KEY": "sk-test-placeholder"}
-
-
-def spec_repo(tmp_path: Path, script: str, plan: str) -> Path:
-    prompt = f"Do one item of the plan.\n<so-script>{script}</so-script>\n"
-    return make_repo(
-        tmp_path / "project",
-        {
-            "README.md": "# project\n",
-            "specs/prompt.md": prompt,
-            "specs/implementation-plan.md": plan,
-            "specs/status.md": "Status: pending\n",
-        },
-    )
 
 
 def test_opencode_runs_two_iterations_and_commits(

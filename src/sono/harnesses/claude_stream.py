@@ -36,6 +36,7 @@ from sono.harnesses.jsonread import as_int as _int
 from sono.harnesses.jsonread import as_num as _num
 from sono.harnesses.jsonread import as_str as _str
 from sono.harnesses.jsonread import blocks as _blocks
+from sono.harnesses.jsonread import parse_line
 
 # Tools whose input names the file they write; NotebookEdit says notebook_path.
 FILE_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
@@ -49,19 +50,7 @@ class ClaudeStreamParser:
         self._last_error = ""
 
     def feed(self, line: str) -> list[Event]:
-        if not isinstance(line, str):  # callers are typed, but a crash here would lose a run
-            return [Raw(line=repr(line))]
-        text = line.strip()
-        if not text:
-            return []
-        try:
-            obj = json.loads(text)
-            events = _dispatch(obj) if isinstance(obj, dict) else None
-        except Exception:  # a parser bug must degrade to Raw, never kill the run
-            events = None
-        if events is None:
-            return [Raw(line=line.rstrip("\n"))]
-        return self._dedupe_errors(events)
+        return self._dedupe_errors(parse_line(line, _dispatch))
 
     def _dedupe_errors(self, events: list[Event]) -> list[Event]:
         """Claude repeats an API error in the final result line; report it once."""

@@ -19,7 +19,6 @@ seen from the real CLI:
 
 from __future__ import annotations
 
-import json
 import math
 import shlex
 from collections.abc import Callable
@@ -29,7 +28,6 @@ from sono.events import (
     Error,
     Event,
     FileChanged,
-    Raw,
     Result,
     SessionStarted,
     Text,
@@ -41,6 +39,7 @@ from sono.events import (
 )
 from sono.harnesses.jsonread import as_dict as _dict
 from sono.harnesses.jsonread import as_str as _str
+from sono.harnesses.jsonread import parse_line
 
 SHELL_NAME = "shell"  # ToolCall name for command executions
 _SHELLS = frozenset({"bash", "sh", "zsh", "dash"})
@@ -56,19 +55,7 @@ class CodexJsonParser:
         self._last_error = ""
 
     def feed(self, line: str) -> list[Event]:
-        if not isinstance(line, str):  # callers are typed, but a crash here would lose a run
-            return [Raw(line=repr(line))]
-        text = line.strip()
-        if not text:
-            return []
-        try:
-            obj = json.loads(text)
-            events = self._dispatch(obj) if isinstance(obj, dict) else None
-        except Exception:  # a parser bug must degrade to Raw, never kill the run
-            events = None
-        if events is None:
-            return [Raw(line=line.rstrip("\n"))]
-        return events
+        return parse_line(line, self._dispatch)
 
     def _dispatch(self, obj: dict[str, Any]) -> list[Event] | None:
         """Events for one decoded line; None means "not understood" (→ Raw)."""

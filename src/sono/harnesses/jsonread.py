@@ -3,8 +3,12 @@ possibly truncated or mistyped JSON, and must never raise on it."""
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Callable
 from typing import Any
+
+from sono.events import Event, Raw
 
 
 def as_dict(value: object) -> dict[str, Any]:
@@ -39,3 +43,21 @@ def text_of(content: object) -> str:
     if isinstance(content, str):
         return content
     return "\n".join(as_str(b.get("text")) for b in blocks(content) if b.get("type") == "text")
+
+
+def parse_line(
+    line: object, dispatch: Callable[[dict[str, Any]], list[Event] | None]
+) -> list[Event]:
+    """The envelope every harness parser shares: blank → nothing; a JSON object → what
+    ``dispatch`` makes of it; anything else (or a parser bug) → the line kept as Raw."""
+    if not isinstance(line, str):  # callers are typed, but a crash here would lose a run
+        return [Raw(line=repr(line))]
+    text = line.strip()
+    if not text:
+        return []
+    try:
+        obj = json.loads(text)
+        events = dispatch(obj) if isinstance(obj, dict) else None
+    except Exception:  # a parser bug must degrade to Raw, never kill the run
+        events = None
+    return [Raw(line=line.rstrip("\n"))] if events is None else events

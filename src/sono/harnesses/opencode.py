@@ -37,7 +37,6 @@ from sono.events import (
     Error,
     Event,
     FileChanged,
-    Raw,
     Result,
     SessionStarted,
     Text,
@@ -52,6 +51,7 @@ from sono.harnesses.jsonread import as_dict as _dict
 from sono.harnesses.jsonread import as_int as _int
 from sono.harnesses.jsonread import as_num as _num
 from sono.harnesses.jsonread import as_str as _str
+from sono.harnesses.jsonread import parse_line
 
 PROVIDER_KEYS = frozenset(
     {
@@ -293,17 +293,7 @@ class OpencodeJsonParser:
         self._failed = False
 
     def feed(self, line: str) -> list[Event]:
-        if not isinstance(line, str):  # callers are typed, but a crash here would lose a run
-            return [Raw(line=repr(line))]
-        text = line.strip()
-        if not text:
-            return []
-        try:
-            obj = json.loads(text)
-            events = self._dispatch(obj) if isinstance(obj, dict) else None
-        except Exception:  # a parser bug must degrade to Raw, never kill the run
-            events = None
-        return [Raw(line=line.rstrip("\n"))] if events is None else events
+        return parse_line(line, self._dispatch)
 
     def _dispatch(self, obj: dict[str, Any]) -> list[Event] | None:
         kind = obj.get("type")

@@ -52,6 +52,7 @@ from sono.harnesses.jsonread import as_int as _int
 from sono.harnesses.jsonread import as_num as _num
 from sono.harnesses.jsonread import as_str as _str
 from sono.harnesses.jsonread import blocks as _blocks
+from sono.harnesses.jsonread import parse_line
 
 PI_VERSION = "1.6.0"
 NODE_VERSION = "22.23.5"  # pi 1.6.0 declares engines.node >= 22.19.0
@@ -238,19 +239,7 @@ class PiJsonParser:
         }
 
     def feed(self, line: str) -> list[Event]:
-        if not isinstance(line, str):  # callers are typed, but a crash here would lose a run
-            return [Raw(line=repr(line))]
-        text = line.strip()
-        if not text:
-            return []
-        try:
-            obj = json.loads(text)
-            events = self._dispatch(obj) if isinstance(obj, dict) else None
-        except Exception:  # a parser bug must degrade to Raw, never kill the run
-            events = None
-        if events is None:
-            return [Raw(line=line.rstrip("\n"))]
-        return self._dedupe_errors(events)
+        return self._dedupe_errors(parse_line(line, self._dispatch))
 
     def _dispatch(self, obj: dict[str, Any]) -> list[Event] | None:
         kind = obj.get("type")
