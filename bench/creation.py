@@ -5,8 +5,9 @@ For generated repos of ~1k, ~10k and ~100k files on disk (40% tracked files in a
 directories, 20% ignored files in ``node_modules/``, the rest ``.git`` with a short history
 as loose objects), measured in the same run and interleaved:
 
-  * so: ``inspect_host`` + ``sono.sandbox.create_sandbox`` on the bwrap backend, as ``so run``
-    does before the first iteration (removal is not timed);
+  * so: ``inspect_host`` + ``sono.sandbox.create_sandbox`` as ``so run`` does before the
+    first iteration (removal is not timed): the copy-on-write overlay on bwrap and on Docker
+    (when an engine answers), and the copy fallback;
   * the seed's method: ``cp -a <repo> <dest>``;
   * ``git worktree add --detach <dest>`` (tracked files only: less work than either).
 
@@ -16,11 +17,10 @@ Usage: python bench/creation.py [--sizes 1k,10k,100k] [--runs N]   Prints a mark
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,9 +40,10 @@ from benchlib import (
     write_file,
 )
 
-import sono.workspace
 from sono.backends.bwrap import BwrapBackend
+from sono.backends.docker import DockerBackend
 from sono.config import DEFAULT_EXCLUDE
+from sono.errors import SoError
 from sono.sandbox import Sandbox, create_sandbox, remove_sandbox
 from sono.state import Store
 from sono.workspace import inspect_host
@@ -132,73 +133,68 @@ def reflink_supported(directory: Path) -> bool:
 class Measured:
     repo: Repo
     runs: int
-    so_ms: float
-    steps: dict[str, float]  # parts of so_ms: inspect_host, and sono.workspace's STEPS
-    cp_ms: float
-    worktree_ms: float
+    ms: dict[str, float]  # median per case (see CASES)
 
 
-# Steps of sono.workspace.create_workspace timed inside "so create" (when they exist).
-STEPS = ("populate_tree", "remove_secrets")
+# name → (column title, workspace mode, backend)
+CASES = {
+    "bwrap": ("so, overlay, bwrap", "overlay", "bwrap"),
+    "docker": ("so, overlay, Docker", "overlay", "docker"),
+    "copy": ("so, copy fallback (bwrap)", "copy", "bwrap"),
+}
+BASELINES = {"cp": "`cp -a`", "worktree": "`git worktree add`"}
 
 
-def _timer(fn: Callable[..., Any], into: list[float]) -> Callable[..., Any]:
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            into.append((time.perf_counter() - start) * 1000)
-
-    return timed
-
-
-@contextlib.contextmanager
-def timed_steps(into: dict[str, list[float]]) -> Iterator[None]:
-    """Wrap the STEPS functions of sono.workspace so that every call is timed."""
-    originals = {}
-    for name in STEPS:
-        fn = getattr(sono.workspace, name, None)
-        if callable(fn):
-            originals[name] = fn
-            setattr(sono.workspace, name, _timer(fn, into.setdefault(name, [])))
+def docker_usable() -> bool:
     try:
-        yield
-    finally:
-        for name, fn in originals.items():
-            setattr(sono.workspace, name, fn)
+        DockerBackend().client()
+    except SoError:
+        return False
+    return True
 
 
-def measure(repo: Repo, root: Path, store: Store, runs: int) -> Measured:
-    backend = BwrapBackend()
+def measure(repo: Repo, root: Path, store: Store, runs: int, *, docker: bool) -> Measured:
+    backends: dict[str, Any] = {"bwrap": BwrapBackend()}
+    if docker:
+        backends["docker"] = DockerBackend()
     dest = root / f"copy-{repo.label}"
     created: list[Sandbox] = []
-    steps: dict[str, list[float]] = {"inspect_host": []}
 
-    def so_create() -> None:
-        start = time.perf_counter()
-        host = inspect_host(repo.path)
-        steps["inspect_host"].append((time.perf_counter() - start) * 1000)
-        created.append(
-            create_sandbox(
+    project = dict.fromkeys(CASES, repo.path)
+    if docker and os.getuid() == 0:
+        # On a root host Docker's overlay needs the project owned by the container user.
+        project["docker"] = root / f"repo-{repo.label}-uid1000"
+        run(["cp", "-a", str(repo.path), str(project["docker"])])
+        run(["chown", "-R", "1000:1000", str(project["docker"])])
+
+    def so_create(mode: str, backend_name: str) -> Callable[[], None]:
+        def create() -> None:
+            host = inspect_host(project[backend_name if mode == "overlay" else "copy"])
+            sandbox = create_sandbox(
                 store=store,
                 host=host,
                 harness="custom",
-                backend_name="bwrap",
-                backend=backend,
+                backend_name=backend_name,
+                backend=backends[backend_name],
                 exclude=DEFAULT_EXCLUDE,
                 allow_dirty=False,
                 model=None,
                 effort=None,
                 agent_cmd="true",
+                workspace=mode,
             )
-        )
+            created.append(sandbox)
+            if sandbox.record.workspace_mode != mode:
+                raise SystemExit(f"creation: wanted a {mode} workspace, got a copy")
+
+        return create
 
     def cleanup(name: str) -> None:
-        if name == "so":
+        if name in CASES:
             while created:
                 sandbox = created.pop()
-                rm_rf(sandbox.work)  # rm -rf: quicker than remove_sandbox's rmtree
+                if sandbox.record.workspace_mode == "copy":
+                    rm_rf(sandbox.work)  # rm -rf: quicker than remove_sandbox's rmtree
                 remove_sandbox(sandbox)
         elif name == "worktree":
             rm_rf(dest)
@@ -207,89 +203,87 @@ def measure(repo: Repo, root: Path, store: Store, runs: int) -> Measured:
             rm_rf(dest)
 
     cases: dict[str, Callable[[], object]] = {
-        "so": so_create,
-        "cp": lambda: run(["cp", "-a", str(repo.path), str(dest)]),
-        "worktree": lambda: git(repo.path, "worktree", "add", "--detach", "-q", str(dest), "HEAD"),
+        name: so_create(mode, backend)
+        for name, (_, mode, backend) in CASES.items()
+        if backend in backends
     }
+    cases["cp"] = lambda: run(["cp", "-a", str(repo.path), str(dest)])
+    cases["worktree"] = lambda: git(
+        repo.path, "worktree", "add", "--detach", "-q", str(dest), "HEAD"
+    )
     warmup = WARMUP[repo.label]
     try:
-        with timed_steps(steps):
-            samples = interleaved(cases, runs, after=cleanup, warmup=warmup)
+        samples = interleaved(cases, runs, after=cleanup, warmup=warmup)
     finally:
         for name in cases:
             cleanup(name)
-    return Measured(
-        repo,
-        runs,
-        median(samples["so"]),
-        {name: median(values[warmup:]) for name, values in steps.items() if values[warmup:]},
-        median(samples["cp"]),
-        median(samples["worktree"]),
-    )
+        if project.get("docker", repo.path) != repo.path:
+            rm_rf(project["docker"])
+    return Measured(repo, runs, {name: median(values) for name, values in samples.items()})
 
 
 def report(results: list[Measured], reflink: bool, fs: str) -> str:
+    names = [n for n in (*CASES, *BASELINES) if any(n in m.ms for m in results)]
+    titles = {**{k: v[0] for k, v in CASES.items()}, **BASELINES}
     rows = []
     for m in results:
         r = m.repo
+        cells = [f"{m.ms[n]:,.0f}" if n in m.ms else "n/a" for n in names]
         rows.append(
             (
                 f"{r.label}: {r.total:,} files ({r.tracked:,} tracked / {r.ignored:,} ignored / "
                 f"{r.git_files:,} in .git)",
                 str(m.runs),
-                f"{m.so_ms:,.0f}",
-                " / ".join(
-                    f"{m.steps[k]:,.0f}" if k in m.steps else "?" for k in ("inspect_host", *STEPS)
-                ),
-                f"{m.cp_ms:,.0f}",
-                f"{m.worktree_ms:,.0f}",
-                ratio(m.so_ms, m.cp_ms),
-                ratio(m.so_ms, m.worktree_ms),
+                *cells,
+                ratio(m.ms["bwrap"], m.ms["cp"]),
+                ratio(m.ms["bwrap"], m.ms["worktree"]),
             )
         )
     header = (
         "repo",
         "runs",
-        "so create (ms)",
-        "of which: host status / tree copy / secret walk (ms)",
-        "`cp -a` (ms)",
-        "`git worktree add` (ms)",
-        "so vs cp -a",
-        "so vs worktree",
+        *(f"{titles[n]} (ms)" for n in names),
+        "overlay vs cp -a",
+        "overlay vs worktree",
     )
     lines = [
-        "## Sandbox creation vs repo size (bwrap)",
+        "## Sandbox creation vs repo size",
         "",
         "`python bench/creation.py`",
         "",
-        table(header, rows, right=range(1, 8)),
+        table(header, rows, right=range(1, len(header))),
         "",
     ]
     big = next((m for m in results if m.repo.label == "100k"), None)
     if big is not None:
-        lines.append(
-            f"- Goal ≤ {GOAL_MS:.0f} ms at 100k files: {verdict(big.so_ms <= GOAL_MS)} "
-            f"({big.so_ms:,.0f} ms, {big.so_ms / GOAL_MS:.1f}× the goal)."
-        )
+        for name in ("bwrap", "docker"):
+            if name in big.ms:
+                ms = big.ms[name]
+                lines.append(
+                    f"- Goal ≤ {GOAL_MS:.0f} ms at 100k files, {titles[name]}: "
+                    f"{verdict(ms <= GOAL_MS)} ({ms:,.0f} ms)."
+                )
     gen = ", ".join(f"{m.repo.label} {m.repo.seconds:.1f} s" for m in results)
     lines += [
-        "- Each figure is the median of `runs` creations, the three methods interleaved "
-        "round-robin with a rotating start, after one untimed warm-up round (none at 100k: "
-        "too slow); removal is not timed; the page cache is warm (the repos were just "
-        "written).",
-        "- **so create** = `inspect_host` (git rev-parse, symbolic-ref, `git status`) + "
-        "`create_sandbox`: `git clone --shared --no-checkout`, `read-tree`, "
-        "`cp -a --reflink=auto` of the working tree (ignored files included, `.git` not), "
-        "the secret-exclusion walk, `update-index --refresh`, the sandbox's home and etc. "
-        "The breakdown times `inspect_host`, `sono.workspace.populate_tree` (the copy) and "
-        "`sono.workspace.remove_secrets` (a Python walk of the copied tree) inside it; "
-        "`?` when a step no longer exists under that name.",
+        "- Each figure is the median of `runs` creations, all methods interleaved "
+        "round-robin with a rotating start, after one untimed warm-up round (none at 100k); "
+        "removal is not timed; the page cache is warm (the repos were just written).",
+        "- **so** = what `so run` does before the first iteration: `inspect_host` "
+        "(rev-parse, symbolic-ref, `git status`) + `create_sandbox`. **overlay**: the upper "
+        "and work dirs, the sandbox git dir (`git init`, alternates to the host's objects, "
+        "the host's index copied), one `find` for secret files to white out, the sandbox's "
+        "home; on Docker also creating and starting the container with its overlay volume. "
+        "**copy fallback** (hosts without overlay support): `git clone --shared "
+        "--no-checkout` + `cp -a --reflink=auto` of the working tree + a Python walk for "
+        "secrets.",
         "- **`cp -a`** is the seed's method: the whole directory, `.git` included. "
         "**`git worktree add --detach`** checks out tracked files only (no ignored files, "
         "shares `.git`): a floor for any method that materialises a real tree.",
         f"- Filesystem of the temp dir: {fs}; copy-on-write reflinks: "
         f"{'yes' if reflink else 'no (every byte is copied)'}. `.git` holds loose objects "
         f"(never packed), so it counts for ~40% of the files. Repo generation took {gen}.",
+        "- Docker: on a root host the project must belong to the container user for an "
+        "overlay (uid 1000 here), so the Docker case runs on a chowned copy of the repo.",
     ]
     return "\n".join(lines)
 
@@ -323,13 +317,17 @@ def main() -> None:
     with bench_env("creation") as root:
         store = Store(Path(os.environ["SO_HOME"]))
         reflink = reflink_supported(root)
+        docker = docker_usable()
+        if docker and os.getuid() == 0:  # root runs git on the chowned repos
+            os.environ |= {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory"}
+            os.environ["GIT_CONFIG_VALUE_0"] = "*"
         results = []
         for label in labels:
             say(f"creation: generating the {label}-file repo")
             repo = generate_repo(root, label, SIZES[label])
             runs = args.runs or DEFAULT_RUNS[label]
             say(f"creation: {repo.total:,} files, {runs} run(s) per method")
-            results.append(measure(repo, root, store, runs))
+            results.append(measure(repo, root, store, runs, docker=docker))
             rm_rf(repo.path)  # keep the disk footprint to one repo at a time
         print(report(results, reflink, filesystem_of(root)))
 

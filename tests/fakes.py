@@ -33,6 +33,15 @@ class HostBackend:
     def create(self, *, spec: SandboxSpec) -> None:
         spec.home_seed.mkdir(parents=True, exist_ok=True)
 
+    def overlay_obstacle(self, project: Path, home: Path) -> str | None:
+        return "the fake backend runs on the host"
+
+    def overlay_owner(self) -> tuple[int, int] | None:
+        return None
+
+    def refresh(self, *, spec: SandboxSpec) -> None:
+        """Nothing is mounted."""
+
     def exec(
         self,
         *,

@@ -60,6 +60,13 @@ def so(
     )
 
 
+def in_sandbox(sandbox_id: str, *argv: str, cwd: Path, env: dict[str, str] | None = None) -> str:
+    """Run ``argv`` inside the sandbox (``so shell ID -- argv``); its stripped stdout."""
+    out = so("shell", sandbox_id, "--", *argv, cwd=cwd, env=env)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
 def tree_snapshot(root: Path) -> dict[str, bytes]:
     """Every file under root (including .git) → bytes: proof a host repo is untouched."""
     return {

@@ -157,6 +157,7 @@ def test_all_keys_from_a_file(home: Path) -> None:
 harness = "custom"
 iterations = 4
 sandbox = "docker"
+workspace = "copy"
 model = "m"
 effort = "e"
 agent_cmd = "my-agent --go"

@@ -53,7 +53,7 @@ def test_copy_has_ignored_files_but_no_secrets(tmp_path: Path) -> None:
 def test_git_history_is_shared_not_copied(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "p", {"big.bin": "x" * 200_000})
     sb = new_sandbox(tmp_path, repo)
-    assert alternates(sb.work) == [(repo / ".git" / "objects").resolve()]
+    assert alternates(sb.work / ".git") == [(repo / ".git" / "objects").resolve()]
     size = sum(p.stat().st_size for p in (sb.work / ".git" / "objects").rglob("*") if p.is_file())
     assert size < 10_000
 

@@ -52,6 +52,7 @@ class Config:
     harness: str
     iterations: int
     sandbox: str
+    workspace: str
     model: str | None
     effort: str | None
     agent_cmd: str | None
@@ -225,6 +226,14 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             "one of auto, bwrap, docker, microvm",
             "docker",
             ("SANDBOX", "SO_SANDBOX"),
+        ),
+        _Spec(
+            "workspace",
+            "auto",
+            _choice(("auto", "overlay", "copy")),
+            "one of auto, overlay, copy",
+            "copy",
+            ("SO_WORKSPACE",),
         ),
         _Spec("model", None, _optional_text, "a string", "opus", ("SO_MODEL",)),
         _Spec("effort", None, _optional_text, "a string", "high", ("SO_EFFORT",)),
@@ -403,6 +412,7 @@ def _build(settings: Mapping[str, Setting]) -> Config:
         harness=get("harness", str),
         iterations=get("iterations", int),
         sandbox=get("sandbox", str),
+        workspace=get("workspace", str),
         model=opt("model"),
         effort=opt("effort"),
         agent_cmd=opt("agent_cmd"),

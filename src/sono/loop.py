@@ -14,7 +14,6 @@ from sono.events import Event, Raw, Usage, dumps
 from sono.harnesses.base import AgentOptions, EventParser, Harness
 from sono.sandbox import Sandbox
 from sono.state import BLOCKED, DONE, FAILED, RUNNING, STOPPED, IterationRecord, now_iso
-from sono.workspace import read_workspace_file
 
 # Documented exit codes (README "Exit codes").
 EXIT_DONE = 0
@@ -155,7 +154,7 @@ class Loop:
     def planned_iterations(self) -> int:
         if not self.opts.cap_by_plan or self.opts.prompt is not None:
             return self.opts.iterations
-        plan = read_workspace_file(self.sb.work, specs.PLAN)
+        plan = self.sb.read_file(specs.PLAN)
         return specs.cap_iterations(self.opts.iterations, plan)
 
     def run(self) -> LoopResult:
@@ -214,6 +213,9 @@ class Loop:
     def iteration(self, n: int, i: int, planned: int) -> IterationRecord:
         """One fresh agent process, then commit enforcement, refs and records."""
         self.reporter.iteration_started(i, planned, self.sb.record.id)
+        drift = self.sb.fix_drift()
+        if drift:
+            self.reporter.note(f"the host changed under the sandbox: {drift.summary()}")
         head, recent = self.sb.git.before(self.sb.record.base_ref)
         start = _Start(head, now_iso(), time.monotonic())
         self._tally = Tally()
@@ -272,7 +274,7 @@ class Loop:
         head, changed, commits, total = self.sb.git.after(
             rec_.iter_ref(n), start.head, rec_.base_ref
         )
-        status = specs.parse_status(read_workspace_file(self.sb.work, specs.STATUS))
+        status = specs.parse_status(self.sb.read_file(specs.STATUS))
         rec = IterationRecord(
             n=n,
             started=start.at,
@@ -305,7 +307,7 @@ class Loop:
         elif self.opts.prompt is not None:
             base = self.opts.prompt(self.sb)
         else:
-            base = read_workspace_file(self.sb.work, specs.PROMPT) or ""
+            base = self.sb.read_file(specs.PROMPT) or ""
         return specs.compose_prompt(base, recent, i, planned, step=self.opts.step)
 
     def run_agent(self, n: int, prompt: str, name: str) -> tuple[int | None, bool, int]:

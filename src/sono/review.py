@@ -8,7 +8,7 @@ import secrets
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sono import proc
@@ -51,6 +51,26 @@ def diff_range(sandbox: Sandbox, iteration: int | None) -> tuple[str, str]:
     return start, end
 
 
+def drift_notes(sandbox: Sandbox) -> list[str]:
+    """Check a copy-on-write sandbox for host changes (fixing what can be fixed) and say
+    where host edits may already be in the sandbox's commits."""
+    notes = []
+    drift = sandbox.fix_drift()
+    if drift:
+        notes.append(f"the host changed under sandbox {sandbox.record.id}: {drift.summary()}")
+    if sandbox.record.drift:
+        changed = set(
+            sandbox.git("diff", "--name-only", sandbox.record.base_ref, "HEAD").stdout.split()
+        )
+        both = [p for p in sandbox.record.drift if p in changed]
+        if both:
+            notes.append(
+                f"{', '.join(both[:5])} changed on the host after sandbox {sandbox.record.id} "
+                "was created and in its commits: check that your host edits are not in the result"
+            )
+    return notes
+
+
 def diff_text(sandbox: Sandbox, *, iteration: int | None, stat: bool, color: bool) -> str:
     start, end = diff_range(sandbox, iteration)
     args = ["diff", "--no-ext-diff", "--no-textconv", f"--color={'always' if color else 'never'}"]
@@ -65,6 +85,8 @@ def show_diff(
     tty = sys.stdout.isatty()
     color = tty and not os.environ.get("NO_COLOR")
     delta = shutil.which("delta") if tty and not stat else None
+    for note in drift_notes(sandbox):
+        print(f"so: {note}", file=sys.stderr)
     text = diff_text(sandbox, iteration=iteration, stat=stat, color=color and delta is None)
     if not text.strip():
         print("(no changes)")
@@ -109,6 +131,7 @@ class MergeResult:
     files: list[str]
     committed: bool
     branch: str
+    notes: list[str] = field(default_factory=list)
 
 
 def merge(sandbox: Sandbox, *, commit: bool, keep: bool) -> MergeResult:
@@ -116,6 +139,7 @@ def merge(sandbox: Sandbox, *, commit: bool, keep: bool) -> MergeResult:
     rec = sandbox.record
     host = inspect_host(Path(rec.project))
     require_clean(host, action="merge", hint=" before merging")
+    notes = drift_notes(sandbox)
     commits = sandbox.git.commits(rec.base_ref)
     if not sandbox.git.commits(rec.host_head):
         raise SoError(f"nothing to merge: sandbox {rec.id} has no commits since it started")
@@ -149,7 +173,7 @@ def merge(sandbox: Sandbox, *, commit: bool, keep: bool) -> MergeResult:
         proc.run(["git", "-C", str(host.root), "commit", "-q", "-F", "-"], input=message)
     if not keep:
         remove_sandbox(sandbox)
-    return MergeResult(len(commits), files, commit, host.branch)
+    return MergeResult(len(commits), files, commit, host.branch, notes)
 
 
 def _conflict_message(sandbox_id: str, what: str) -> str:
@@ -178,7 +202,7 @@ def _import_commits(sandbox: Sandbox) -> str:
     name = f"so-merge-{secrets.token_hex(4)}.bundle"
     # Relative to the workspace root, where every sandbox command starts.
     sandbox.git("bundle", "create", "-q", f".git/{name}", rec.branch, f"^{rec.host_head}")
-    bundle = sandbox.work / ".git" / name
+    bundle = sandbox.git_dir / name
     try:
         if bundle.is_symlink() or not bundle.is_file():
             raise SoError(f"sandbox {rec.id} produced no readable bundle; try again")

@@ -4,22 +4,28 @@ from __future__ import annotations
 
 import re
 import secrets
-import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sono import overlay
 from sono.backends import BackendSettings, get_backend
 from sono.backends.base import Backend, Mount, SandboxSpec
+from sono.errors import SoError
+from sono.overlay import Drift, Overlay
 from sono.state import CREATED, SandboxRecord, Store, now_iso
 from sono.workspace import (
     SANDBOX_IDENTITY,
     HostRepo,
     SandboxGit,
     alternates,
+    create_overlay_workspace,
     create_workspace,
+    read_workspace_file,
     removed_on_failure,
 )
+
+WORKSPACE_MODES = ("auto", "overlay", "copy")
 
 GITCONFIG = """[user]
 \tname = {name}
@@ -54,6 +60,18 @@ class Sandbox:
         return self.dir / "home"
 
     @property
+    def overlay(self) -> Overlay | None:
+        if self.record.workspace_mode != "overlay":
+            return None
+        return Overlay.under(self.dir, Path(self.record.project))
+
+    @property
+    def git_dir(self) -> Path:
+        """Host path of the sandbox repo's git dir (bound at ``<workspace>/.git``)."""
+        ov = self.overlay
+        return ov.gitdir if ov else self.work / ".git"
+
+    @property
     def spec(self) -> SandboxSpec:
         mounts = tuple(Mount(Path(src), dest) for src, dest in self.record.mounts)
         return SandboxSpec(
@@ -62,7 +80,49 @@ class Sandbox:
             home_seed=self.home_seed,
             mounts=mounts,
             project=Path(self.record.project),
+            overlay=self.overlay,
         )
+
+    def describe_workspace(self) -> str:
+        ov = self.overlay
+        if ov is None:
+            return f"workspace {self.work} (a copy)"
+        return f"workspace: copy-on-write over {ov.lower} (changes in {ov.upper})"
+
+    def read_file(self, rel: str) -> str | None:
+        """A file as the sandbox sees it, read host-side without following links."""
+        ov = self.overlay
+        return overlay.read_file(ov, rel) if ov else read_workspace_file(self.work, rel)
+
+    def write_file(self, rel: str, text: str) -> None:
+        """Write through the sandbox (a mounted overlay must see the change)."""
+        self.backend.run(
+            spec=self.spec, argv=["sh", "-c", 'printf "%s" "$1" > "$2"', "so", text, rel]
+        )
+
+    def fix_drift(self) -> Drift:
+        """Undo what the host changed under a copy-on-write workspace since the snapshot:
+        tracked files come back from the base commit, new files are hidden, ignored ones
+        are reported. A copy has no drift by construction."""
+        ov = self.overlay
+        if ov is None:
+            return Drift()
+        drift = overlay.scan_drift(ov, base=self.record.base_commit, known=self.record.drift)
+        if not drift:
+            return drift
+        base = self.record.base_commit
+        self.backend.refresh(spec=self.spec)
+        for chunk in _chunks(drift.restore):
+            self.backend.run(
+                spec=self.spec,
+                argv=["git", "restore", f"--source={base}", "--worktree", "--", *chunk],
+                check=False,
+            )
+        for chunk in _chunks(drift.hide):
+            self.backend.run(spec=self.spec, argv=["rm", "-rf", "--", *chunk], check=False)
+        known = dict.fromkeys([*self.record.drift, *drift.restore, *drift.hide, *drift.ignored])
+        self.save(drift=tuple(known))
+        return drift
 
     @property
     def git(self) -> SandboxGit:
@@ -81,6 +141,30 @@ class Sandbox:
                 known.append(pair)
         if tuple(known) != self.record.mounts:
             self.save(mounts=tuple(known))
+
+
+def _chunks(paths: Sequence[str], size: int = 500) -> list[list[str]]:
+    return [list(paths[i : i + size]) for i in range(0, len(paths), size)]
+
+
+def choose_workspace(
+    wanted: str, backend: Backend, project: Path, home: Path
+) -> tuple[str, str | None]:
+    """``(mode, notice)``: ``auto`` takes the overlay where the backend can mount one and
+    falls back to a copy with a one-line notice; ``overlay`` insists (error otherwise)."""
+    if wanted not in WORKSPACE_MODES:
+        raise SoError(f"workspace must be one of {', '.join(WORKSPACE_MODES)}, not {wanted!r}")
+    if wanted == "copy":
+        return "copy", None
+    obstacle = backend.overlay_obstacle(project, home)
+    if obstacle is None:
+        return "overlay", None
+    if wanted == "overlay":
+        raise SoError(
+            f"workspace = overlay is not possible on {backend.name} here: {obstacle}; "
+            "set workspace = auto (or copy)"
+        )
+    return "copy", f"copying the project instead of a copy-on-write overlay: {obstacle}"
 
 
 def slug(name: str) -> str:
@@ -108,20 +192,39 @@ def create_sandbox(
     effort: str | None,
     mounts: Sequence[Mount] = (),
     agent_cmd: str | None = None,
+    workspace: str = "copy",
+    notice: Callable[[str], None] | None = None,
 ) -> Sandbox:
+    mode, why = choose_workspace(workspace, backend, host.root, store.root)
+    if why and notice:
+        notice(why)
     sandbox_id = new_id(store, host.root.name)
     root = store.dir(sandbox_id)
     root.mkdir(parents=True)
     with removed_on_failure(root):
         work = root / "work"
-        base = create_workspace(
-            host, work, sandbox_id=sandbox_id, exclude=exclude, allow_dirty=allow_dirty
-        )
+        if mode == "overlay":
+            ov = Overlay.under(root, host.root)
+            owner = backend.overlay_owner()
+            base = create_overlay_workspace(
+                host,
+                ov,
+                sandbox_id=sandbox_id,
+                exclude=exclude,
+                allow_dirty=allow_dirty,
+                owner=owner,
+            )
+            gitdir, work = ov.gitdir, ov.upper
+        else:
+            base = create_workspace(
+                host, work, sandbox_id=sandbox_id, exclude=exclude, allow_dirty=allow_dirty
+            )
+            gitdir = work / ".git"
         home = root / "home"
         home.mkdir()
         name, email = SANDBOX_IDENTITY
         (home / ".gitconfig").write_text(GITCONFIG.format(name=name, email=email))
-        all_mounts = [(str(p), str(p)) for p in alternates(work)]
+        all_mounts = [(str(p), str(p)) for p in alternates(gitdir)]
         all_mounts += [(str(m.src), m.dest) for m in mounts]
         record = SandboxRecord(
             id=sandbox_id,
@@ -139,6 +242,7 @@ def create_sandbox(
             effort=effort,
             agent_cmd=agent_cmd,
             mounts=tuple(dict.fromkeys(all_mounts)),
+            workspace_mode=mode,
         )
         sandbox = Sandbox(store.save(record), store, backend)
         backend.create(spec=sandbox.spec)
@@ -152,4 +256,4 @@ def open_sandbox(store: Store, ref: str, settings: BackendSettings | None = None
 
 def remove_sandbox(sandbox: Sandbox) -> None:
     sandbox.backend.destroy(spec=sandbox.spec)
-    shutil.rmtree(sandbox.dir, ignore_errors=True)
+    overlay.remove_tree(sandbox.dir)

@@ -94,6 +94,8 @@ class SandboxRecord:
     runner_pid: int | None = None
     updated: str = field(default_factory=now_iso)
     mounts: tuple[tuple[str, str], ...] = ()  # extra read-only (src, dest) mounts
+    workspace_mode: str = "copy"  # "overlay": copy-on-write over the project
+    drift: tuple[str, ...] = ()  # host paths that changed under the overlay (reported)
 
     @property
     def branch(self) -> str:
@@ -122,6 +124,7 @@ class SandboxRecord:
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["mounts"] = tuple(tuple(m) for m in values.get("mounts", ()))
+        values["drift"] = tuple(values.get("drift", ()))
         return cls(**values)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import helpers
-from helpers import SO, git, pids, so, tree_snapshot, unique_sleep
+from helpers import SO, git, in_sandbox, pids, so, tree_snapshot, unique_sleep
 
 pytestmark = pytest.mark.integration
 
@@ -57,11 +57,14 @@ def test_three_iterations_then_merge(
     assert tool_calls and tool_calls[0]["name"] == "Bash"
 
     sid = summary["id"]
-    work = Path(summary["workspace"])
     for n in (1, 2, 3):
-        assert git(work, "rev-parse", f"refs/so/{sid}/iter/{n}")
-    assert git(work, "rev-parse", f"refs/so/{sid}/base") == git(repo, "rev-parse", "HEAD")
-    assert git(work, "log", "--format=%s", f"refs/so/{sid}/base..HEAD").split("\n") == [
+        assert in_sandbox(sid, "git", "rev-parse", f"refs/so/{sid}/iter/{n}", cwd=repo)
+    assert in_sandbox(sid, "git", "rev-parse", f"refs/so/{sid}/base", cwd=repo) == git(
+        repo, "rev-parse", "HEAD"
+    )
+    assert in_sandbox(
+        sid, "git", "log", "--format=%s", f"refs/so/{sid}/base..HEAD", cwd=repo
+    ).split("\n") == [
         "item 3",
         "item 2",
         "item 1",
@@ -98,9 +101,11 @@ def test_agent_that_never_commits(tmp_path: Path, claude_env: dict[str, str], ba
     summary = json.loads(out.stdout.splitlines()[-1])
     rec = summary["iterations"][0]
     assert rec["commit_retries"] == 3 and rec["auto_committed"] is True
-    work = Path(summary["workspace"])
-    assert git(work, "log", "-1", "--format=%s") == "so: uncommitted changes after iteration 1"
-    assert git(work, "status", "--porcelain") == ""
+    assert (
+        in_sandbox(summary["id"], "git", "log", "-1", "--format=%s", cwd=repo)
+        == "so: uncommitted changes after iteration 1"
+    )
+    assert in_sandbox(summary["id"], "git", "status", "--porcelain", cwd=repo) == ""
 
 
 def test_hanging_agent_is_killed_with_its_tree(
@@ -169,7 +174,7 @@ def test_agent_cannot_write_outside_the_workspace(
     assert not outside.exists()
     assert tree_snapshot(repo) == before
     assert not Path("/usr/pwned").exists() and not Path("/etc/pwned").exists()
-    probe = (Path(summary["workspace"]) / "probe.txt").read_text()
+    probe = in_sandbox(summary["id"], "cat", "probe.txt", cwd=repo)
     assert probe.count("No such file") == 2
 
 

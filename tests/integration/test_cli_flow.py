@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import SO, git, make_repo, pids, so, tree_snapshot, unique_sleep
+from helpers import SO, in_sandbox, make_repo, pids, so, tree_snapshot, unique_sleep
 
 pytestmark = pytest.mark.integration
 
@@ -208,7 +208,11 @@ def test_allow_dirty_snapshots_host_changes(tmp_path: Path) -> None:
     repo = project(tmp_path, items=1)
     (repo / "README.md").write_text("# edited on the host\n")
     summary = run(repo, agent(tmp_path), "--allow-dirty")
-    work = Path(str(summary["workspace"]))
-    base = git(work, "rev-parse", f"refs/so/{summary['id']}/base")
-    assert git(work, "show", f"{base}:README.md") == "# edited on the host"
+    base = in_sandbox(
+        str(summary["id"]), "git", "rev-parse", f"refs/so/{summary['id']}/base", cwd=repo
+    )
+    assert (
+        in_sandbox(str(summary["id"]), "git", "show", f"{base}:README.md", cwd=repo)
+        == "# edited on the host"
+    )
     assert (repo / "README.md").read_text() == "# edited on the host\n"

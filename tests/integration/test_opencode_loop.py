@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import git, so, spec_repo
+from helpers import in_sandbox, so, spec_repo
 from sono.testing.model_server import ModelServer
 
 pytestmark = pytest.mark.integration
@@ -59,14 +59,14 @@ def test_opencode_runs_two_iterations_and_commits(
     usage = [x for x in lines if x.get("kind") == "usage"]
     assert usage and all(u["input_tokens"] > 0 and u["cached_tokens"] > 0 for u in usage)
     assert [x["ok"] for x in lines if x.get("kind") == "result"] == [True, True]
-
-    work = Path(summary["workspace"])
     sid = summary["id"]
-    assert git(work, "log", "--format=%s", f"refs/so/{sid}/base..HEAD").split("\n") == [
+    assert in_sandbox(
+        sid, "git", "log", "--format=%s", f"refs/so/{sid}/base..HEAD", cwd=repo
+    ).split("\n") == [
         "item 2",
         "item 1",
     ]
-    assert (work / "item2.txt").read_text() == "item 2\n"
+    assert in_sandbox(sid, "cat", "item2.txt", cwd=repo) == "item 2"
 
     # opencode reached the server through the provider the harness defined, with the key
     # from the environment and the chosen effort as its variant.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import AGENTS_CACHE, git, make_repo, so
+from helpers import AGENTS_CACHE, in_sandbox, make_repo, so
 from sono.testing.model_server import ModelServer
 
 pytestmark = pytest.mark.integration
@@ -56,10 +56,8 @@ def test_pi_runs_on_bundled_node_and_commits(
     assert {"session_started", "tool_call", "tool_result", "usage", "result"} <= kinds
     assert [x["name"] for x in lines if x.get("kind") == "tool_call"] == ["bash"]
     assert all(x["ok"] for x in lines if x.get("kind") == "result")
-
-    work = Path(summary["workspace"])
-    assert git(work, "log", "-1", "--format=%s") == "item 1"
-    exe, version = (work / "pi-node.txt").read_text().split()
+    assert in_sandbox(summary["id"], "git", "log", "-1", "--format=%s", cwd=repo) == "item 1"
+    exe, version = in_sandbox(summary["id"], "cat", "pi-node.txt", cwd=repo).split()
     assert Path(exe).is_relative_to(AGENTS_CACHE / "pi")  # the node installed with pi
     assert int(version.lstrip("v").split(".")[0]) >= 22
     # pi reached the scripted server through the endpoint so handed it, never the vendor.

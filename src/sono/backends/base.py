@@ -8,9 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from sono.proc import Completed, Streamed
+
+if TYPE_CHECKING:
+    from sono.overlay import Overlay
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class SandboxSpec:
     gid: int = 1000
     env: Mapping[str, str] = field(default_factory=dict)
     project: Path | None = None  # the host project (trusted files like .so/Dockerfile)
+    overlay: Overlay | None = None  # copy-on-write workspace; ``workspace`` is unused then
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,17 @@ class Backend(Protocol):
 
     def destroy(self, *, spec: SandboxSpec) -> None:
         """Release whatever the backend holds for this sandbox."""
+
+    def overlay_obstacle(self, project: Path, home: Path) -> str | None:
+        """Why a copy-on-write workspace over ``project`` cannot work on this backend here
+        (``None`` when it can); ``home`` is where upper layers live."""
+
+    def refresh(self, *, spec: SandboxSpec) -> None:
+        """Show host-side changes under an overlay consistently before so repairs them
+        (a long-lived mount may cache what the host has since changed)."""
+
+    def overlay_owner(self) -> tuple[int, int] | None:
+        """uid/gid that must own an overlay's upper layer and git dir (``None``: so's own)."""
 
     def health(self) -> Health:
         """Can this backend create sandboxes on this host, and if not, how to fix it."""

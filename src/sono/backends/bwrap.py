@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import ClassVar
 from sono import proc
 from sono.backends.base import Health, SandboxSpec
 from sono.errors import SoError
+from sono.overlay import remove_tree, static_obstacle
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
 ETC_FILES = (
@@ -138,10 +140,8 @@ def bwrap_argv(
         "--ro-bind",
         str(spec.home_seed),
         HOME_SEED_DEST,
-        "--bind",
-        str(spec.workspace),
-        spec.mount_point,
     ]
+    args += workspace_args(spec)
     for mount in spec.mounts:
         args += ["--bind" if mount.writable else "--ro-bind", str(mount.src), mount.dest]
     # Nothing outside the mounts above is writable, not even the sandbox's own root.
@@ -150,6 +150,25 @@ def bwrap_argv(
     for key in sorted(full_env):
         args += ["--setenv", key, full_env[key]]
     return [*args, "--", "/bin/sh", "-c", INIT, "so-init", *argv]
+
+
+def workspace_args(spec: SandboxSpec) -> list[str]:
+    """The workspace: a bind of so's copy, or an overlay (project below, the sandbox's
+    changes above) with the sandbox's own git dir bound over the project's ``.git``."""
+    ov = spec.overlay
+    if ov is None:
+        return ["--bind", str(spec.workspace), spec.mount_point]
+    return [
+        "--overlay-src",
+        str(ov.lower),
+        "--overlay",
+        str(ov.upper),
+        str(ov.workdir),
+        spec.mount_point,
+        "--bind",
+        str(ov.gitdir),
+        f"{spec.mount_point}/.git",
+    ]
 
 
 def base_env(spec: SandboxSpec) -> dict[str, str]:
@@ -246,6 +265,25 @@ class BwrapBackend:
     def destroy(self, *, spec: SandboxSpec) -> None:
         """Nothing to tear down: bwrap holds no state between execs."""
 
+    def refresh(self, *, spec: SandboxSpec) -> None:
+        """Nothing to do: every exec mounts the overlay afresh."""
+
+    def overlay_owner(self) -> tuple[int, int] | None:
+        return None  # the user namespace maps so's own uid to the agent's
+
+    def overlay_obstacle(self, project: Path, home: Path) -> str | None:
+        obstacle = static_obstacle(project, home, owner_uid=os.getuid())
+        if obstacle is None:
+            obstacle = self._overlay_probe(home)
+        return obstacle
+
+    def _overlay_probe(self, home: Path) -> str | None:
+        """Mount a throwaway overlay in a user namespace once per process (~10 ms)."""
+        key = (self._configured, str(home))
+        if key not in _PROBED:
+            _PROBED[key] = _probe_overlay(self.binary(), home)
+        return _PROBED[key]
+
     def health(self) -> Health:
         try:
             binary = self.binary()
@@ -280,6 +318,38 @@ class BwrapBackend:
         return Health(
             False, f"bwrap cannot create namespaces: {probe.stderr.strip()}", userns_fix()
         )
+
+
+_PROBED: dict[tuple[str | None, str], str | None] = {}
+
+
+def _probe_overlay(binary: str, home: Path) -> str | None:
+    with tempfile.TemporaryDirectory(dir=home, prefix=".overlay-probe-") as tmp:
+        root = Path(tmp)
+        for name in ("lower", "upper", "work"):
+            (root / name).mkdir()
+        result = proc.run(
+            [
+                binary,
+                "--unshare-user",
+                *_system_dirs(Path("/")),
+                "--overlay-src",
+                str(root / "lower"),
+                "--overlay",
+                str(root / "upper"),
+                str(root / "work"),
+                "/mnt",
+                "/usr/bin/touch",
+                "/mnt/probe",
+            ],
+            check=False,
+        )
+        ok = result.returncode == 0 and (root / "upper" / "probe").exists()
+        remove_tree(root / "work")
+    if ok:
+        return None
+    reason = result.stderr.strip().splitlines()
+    return f"bwrap cannot mount an overlay here ({reason[-1] if reason else 'no upper file'})"
 
 
 def userns_fix(proc_sys: Path = Path("/proc/sys")) -> str:

@@ -25,6 +25,7 @@ from sono import proc
 from sono.backends.base import Health, SandboxSpec
 from sono.errors import SoError
 from sono.images import Images, RunnerSpec, agent_ids
+from sono.overlay import static_obstacle
 
 LABEL = "so.sandbox"
 MOUNTS_LABEL = "so.mounts"
@@ -37,18 +38,35 @@ def container_name(sandbox_id: str) -> str:
     return f"so-{sandbox_id}"
 
 
+def volume_name(sandbox_id: str) -> str:
+    return f"so-{sandbox_id}"
+
+
 def mounts_key(spec: SandboxSpec, image: str) -> str:
-    text = "\n".join(
-        [image, str(spec.workspace), *(f"{m.src}:{m.dest}:{m.writable}" for m in spec.mounts)]
-    )
+    where = spec.overlay.mount_options() if spec.overlay else str(spec.workspace)
+    text = "\n".join([image, where, *(f"{m.src}:{m.dest}:{m.writable}" for m in spec.mounts)])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def container_config(spec: SandboxSpec, image: str, *, gpus: bool) -> dict[str, Any]:
     """``containers.create`` keyword arguments; pure, unit-tested."""
-    from docker.types import DeviceRequest, Mount
+    from docker.types import DeviceRequest, DriverConfig, Mount
 
-    mounts = [Mount(target=spec.mount_point, source=str(spec.workspace), type="bind")]
+    ov = spec.overlay
+    if ov is None:
+        mounts = [Mount(target=spec.mount_point, source=str(spec.workspace), type="bind")]
+    else:
+        # A local volume of type overlay: the engine mounts project + upper layer for us.
+        options = {"type": "overlay", "device": "overlay", "o": ov.mount_options()}
+        mounts = [
+            Mount(
+                target=spec.mount_point,
+                source=volume_name(spec.id),
+                type="volume",
+                driver_config=DriverConfig("local", options),
+            ),
+            Mount(target=f"{spec.mount_point}/.git", source=str(ov.gitdir), type="bind"),
+        ]
     mounts += [
         Mount(target=m.dest, source=str(m.src), type="bind", read_only=not m.writable)
         for m in spec.mounts
@@ -169,7 +187,7 @@ class DockerBackend:
 
     def create(self, *, spec: SandboxSpec) -> None:
         spec.home_seed.mkdir(parents=True, exist_ok=True)
-        if (os.getuid(), os.getgid()) != (self.uid, self.gid):
+        if spec.overlay is None and (os.getuid(), os.getgid()) != (self.uid, self.gid):
             # Root on the host: hand so's own copy to the unprivileged container user.
             proc.run(["chown", "-R", f"{self.uid}:{self.gid}", str(spec.workspace)])
         self._container(spec)
@@ -356,6 +374,46 @@ class DockerBackend:
             return  # no engine: nothing of ours can be running there
         if container is not None:
             container.remove(force=True)
+        if spec.overlay is not None:
+            self._remove_volume(spec)
+
+    def _remove_volume(self, spec: SandboxSpec) -> None:
+        import docker.errors
+
+        with contextlib.suppress(docker.errors.NotFound):
+            self.client().volumes.get(volume_name(spec.id)).remove(force=True)
+        ov = spec.overlay
+        if ov is not None and os.getuid() != 0 and ov.workdir.exists():
+            # overlayfs (mounted by the root engine) left root-owned dirs in its work dir.
+            with contextlib.suppress(Exception):
+                self.client().containers.run(
+                    self.image_for(spec),
+                    ["rm", "-rf", "/w/work"],
+                    user="0:0",
+                    remove=True,
+                    network_mode="none",
+                    volumes={str(ov.workdir): {"bind": "/w", "mode": "rw"}},
+                )
+
+    def refresh(self, *, spec: SandboxSpec) -> None:
+        """Restart the container: the engine unmounts the overlay volume and mounts it
+        again, so the host's changes to the project are seen as they are now."""
+        if spec.overlay is None:
+            return
+        container = self._container(spec)
+        container.stop(timeout=2)
+        container.start()
+
+    def overlay_owner(self) -> tuple[int, int] | None:
+        if (os.getuid(), os.getgid()) == (self.uid, self.gid):
+            return None
+        return (self.uid, self.gid)
+
+    def overlay_obstacle(self, project: Path, home: Path) -> str | None:
+        host = os.environ.get("DOCKER_HOST", "")
+        if host and not host.startswith("unix://"):
+            return f"the Docker engine at {host} is not on this machine (it cannot see {home})"
+        return static_obstacle(project, home, owner_uid=self.uid)
 
     def health(self) -> Health:
         try:

@@ -270,9 +270,7 @@ def summarize(args: argparse.Namespace, sandbox: Sandbox, result: LoopResult) ->
 
 def reset_status(sandbox: Sandbox) -> None:
     """A status left at done/blocked by an earlier run would stop the loop at once."""
-    from sono.workspace import read_workspace_file
-
-    text = read_workspace_file(sandbox.work, specs.STATUS)
+    text = sandbox.read_file(specs.STATUS)
     if text is not None and specs.parse_status(text) != specs.PENDING:
-        (sandbox.work / specs.STATUS).write_text("Status: pending\n")
+        sandbox.write_file(specs.STATUS, "Status: pending\n")
         sandbox.git.commit_all("so: reset specs/status.md to pending for this run")

@@ -54,6 +54,8 @@ def launch(
         effort=cfg.effort,
         mounts=agent.mounts,
         agent_cmd=cfg.agent_cmd,
+        workspace=cfg.workspace,
+        notice=lambda text: print(f"so: {text}", file=sys.stderr),
     )
     if needs_spec:
         c.reset_status(sandbox)
@@ -61,7 +63,7 @@ def launch(
         print(
             f"so: sandbox {sandbox.record.id} · {backend.name} ({chosen.why}) · "
             f"agent {agent.description}\n"
-            f"    workspace {sandbox.work} (branch {sandbox.record.branch}); "
+            f"    {sandbox.describe_workspace()} (branch {sandbox.record.branch}); "
             "network: host (not yet restricted)",
             file=sys.stderr,
         )

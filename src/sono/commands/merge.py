@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from sono.commands import _common as c
 from sono.review import merge
@@ -16,6 +17,8 @@ def run(args: argparse.Namespace) -> int:
         print("so: merge cancelled")
         return 1
     result = merge(sandbox, commit=args.commit, keep=args.keep)
+    for note in result.notes:
+        print(f"so: {note}", file=sys.stderr)
     state = "committed" if result.committed else "staged (review, then git commit)"
     where = result.branch or "detached HEAD"
     print(

@@ -22,7 +22,6 @@ from sono.loop import StepDecision, StepHook
 from sono.review import diff_text, show_diff
 from sono.sandbox import Sandbox
 from sono.state import IterationRecord
-from sono.workspace import read_workspace_file
 
 CHOICES = "[c]ontinue, show [d]iff, [e]dit next prompt, [r]eset this iteration, [s]top"
 Ask = Callable[[str], str]
@@ -64,7 +63,7 @@ def between(
         if answer in ("d", "diff"):
             show_diff(sandbox, iteration=rec.n, stat=False)
         elif answer in ("e", "edit"):
-            current = prompt or read_workspace_file(sandbox.work, specs.PROMPT) or ""
+            current = prompt or sandbox.read_file(specs.PROMPT) or ""
             prompt = edit(current)
             print("so: the next iteration gets the edited prompt")
         elif answer in ("r", "reset"):

@@ -356,7 +356,7 @@ class MainScreen(Screen[None]):
                 "merged",
                 f"{result.commits} commit(s) of {rec.id} squashed onto {result.branch} in "
                 f"{rec.project}; staged, not committed ({len(result.files)} file(s)):\n"
-                f"{files}{more}",
+                f"{files}{more}" + "".join(f"\n\nnote: {n}" for n in result.notes),
             )
         )
         self.reload()

@@ -1,0 +1,379 @@
+"""Copy-on-write workspaces: the project is the overlay's read-only lower layer, the
+sandbox's changes land in an upper layer under ``SO_HOME``, and the sandbox's own git
+directory is bound over ``.git``. Creating one costs O(1) in the size of the project.
+
+Layout under ``$SO_HOME/sandboxes/<id>/``::
+
+    upper/     the overlay's upper layer: every file the agent created or changed,
+               whiteouts (0/0 character devices) for what it deleted
+    ovl-work/  overlayfs' private work directory
+    git/       the sandbox repo's git dir (objects borrowed from the host via alternates)
+    stamp      its mtime is the snapshot instant: host changes after it are drift
+
+Snapshot semantics on a live lower layer: the host's working tree keeps changing under
+the overlay. :func:`scan_drift` finds what changed on the host since the stamp and is not
+shadowed by the upper layer; the caller restores tracked files from the base commit and
+hides new untracked files (through the sandbox, so a mounted overlay sees it), and
+reports ignored drift. Only files in ``upper/`` are the sandbox's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sono import proc
+
+OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
+UNSAFE_PATH_CHARS = (",", ":", "\\", "\n")  # overlay mount options cannot escape these
+
+
+@dataclass(frozen=True)
+class Overlay:
+    """Host paths of one copy-on-write workspace."""
+
+    lower: Path  # the project (read-only to the sandbox)
+    upper: Path
+    workdir: Path
+    gitdir: Path
+    stamp: Path
+
+    @classmethod
+    def under(cls, sandbox_dir: Path, project: Path) -> Overlay:
+        return cls(
+            lower=project,
+            upper=sandbox_dir / "upper",
+            workdir=sandbox_dir / "ovl-work",
+            gitdir=sandbox_dir / "git",
+            stamp=sandbox_dir / "stamp",
+        )
+
+    def mount_options(self) -> str:
+        return f"lowerdir={self.lower},upperdir={self.upper},workdir={self.workdir}"
+
+
+def kernel_supports_overlay(proc_filesystems: Path = Path("/proc/filesystems")) -> bool:
+    try:
+        text = proc_filesystems.read_text()
+    except OSError:
+        return False
+    return any(line.split()[-1:] == ["overlay"] for line in text.splitlines())
+
+
+def filesystem_type(path: Path) -> str:
+    out = proc.run(["stat", "-f", "-c", "%T", str(path)], check=False)
+    return out.stdout.strip()
+
+
+def static_obstacle(project: Path, home: Path, *, owner_uid: int) -> str | None:  # noqa: PLR0911
+    """Why an overlay cannot work for ``project`` here, judged without mounting anything;
+    ``None`` when nothing is in the way."""
+    if not kernel_supports_overlay():
+        return "the kernel has no overlay filesystem"
+    for path in (project, home):
+        if any(ch in str(path) for ch in UNSAFE_PATH_CHARS):
+            return f"{path} contains a character overlay mount options cannot carry"
+    git = project / ".git"
+    if not git.is_dir() or git.is_symlink():
+        return f"{git} is not a directory (a worktree or submodule checkout)"
+    try:
+        st = project.stat()
+    except OSError as exc:
+        return f"cannot stat {project}: {exc.strerror}"
+    if st.st_uid != owner_uid:
+        return (
+            f"{project} is owned by uid {st.st_uid}, not by the sandbox's uid {owner_uid} "
+            "(its files would be read-only inside)"
+        )
+    home.mkdir(parents=True, exist_ok=True)
+    kind = filesystem_type(home)
+    if kind in ("overlayfs", "overlay", "nfs", "fuseblk", "fuse"):
+        return f"{home} is on {kind}, which cannot hold an overlay's upper layer"
+    return None
+
+
+def prepare(ov: Overlay, *, owner: tuple[int, int] | None = None) -> None:
+    """Create the upper and work directories; the upper root mirrors the project root."""
+    st = ov.lower.stat()
+    ov.upper.mkdir()
+    ov.workdir.mkdir()
+    ov.upper.chmod(stat.S_IMODE(st.st_mode))
+    if owner is not None:
+        for path in (ov.upper, ov.workdir):
+            os.chown(path, *owner)
+
+
+def mark_snapshot(ov: Overlay) -> int:
+    """Write the stamp (before the host is read) and return its time in ns."""
+    ov.stamp.write_text("")
+    return ov.stamp.stat().st_mtime_ns
+
+
+# ------------------------------------------------------------------ reading the merged view
+
+
+def _upper_state(ov: Overlay, rel: str) -> str:  # noqa: PLR0911
+    """``"file"``/``"dir"``/``"other"`` when ``rel`` exists in the upper layer,
+    ``"hidden"`` when a whiteout or an opaque/non-directory ancestor hides the lower
+    one, ``"lower"`` when the lower layer shows through."""
+    parts = [p for p in rel.split("/") if p]
+    current = ov.upper
+    for i, part in enumerate(parts):
+        current = current / part
+        try:
+            st = current.lstat()
+        except FileNotFoundError:
+            return "lower"
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+            return "hidden"
+        last = i == len(parts) - 1
+        if last:
+            if stat.S_ISDIR(st.st_mode):
+                return "dir"
+            return "file" if stat.S_ISREG(st.st_mode) else "other"
+        if not stat.S_ISDIR(st.st_mode):
+            return "hidden"
+        if _opaque(current):
+            return "hidden"
+    return "dir"
+
+
+def _opaque(path: Path) -> bool:
+    for name in OPAQUE_XATTRS:
+        with contextlib.suppress(OSError):
+            if os.getxattr(path, name, follow_symlinks=False) == b"y":
+                return True
+    return False
+
+
+def shadowed(ov: Overlay, rel: str) -> bool:
+    """True when the sandbox does not see the host's ``rel`` (it has its own, or hid it)."""
+    return _upper_state(ov, rel) != "lower"
+
+
+def read_file(ov: Overlay, rel: str, limit: int = 1 << 20) -> str | None:
+    """Read ``rel`` as the sandbox sees it, never following a symlink anywhere on the way."""
+    state = _upper_state(ov, rel)
+    if state == "hidden":
+        return None
+    root = ov.upper if state == "file" else ov.lower
+    if state == "lower" and rel.split("/", 1)[0] == ".git":
+        return None
+    path = root
+    for part in (p for p in rel.split("/") if p):
+        path = path / part
+        if path.is_symlink():
+            return None
+    if not path.is_file():
+        return None
+    with path.open("rb") as fh:
+        return fh.read(limit).decode(errors="replace")
+
+
+# ------------------------------------------------------------------ drift
+
+
+@dataclass
+class Drift:
+    """What changed on the host since the snapshot and is visible to the sandbox."""
+
+    restore: list[str] = field(default_factory=list)  # tracked at base: edited or deleted
+    hide: list[str] = field(default_factory=list)  # new, not ignored: hidden from the sandbox
+    ignored: list[str] = field(default_factory=list)  # ignored files (dependencies): reported
+
+    def __bool__(self) -> bool:
+        return bool(self.restore or self.hide or self.ignored)
+
+    def summary(self, limit: int = 3) -> str:
+        parts = []
+        for label, paths in (
+            ("restored from the base commit", self.restore),
+            ("hidden from the sandbox", self.hide),
+            ("ignored, left visible", self.ignored),
+        ):
+            if paths:
+                sample = ", ".join(paths[:limit]) + (
+                    f" and {len(paths) - limit} more" if len(paths) > limit else ""
+                )
+                parts.append(f"{len(paths)} {label} ({sample})")
+        return "; ".join(parts)
+
+
+def changed_since(ov: Overlay) -> tuple[list[str], list[str]]:
+    """Paths in the project (outside ``.git``) whose inode changed after the stamp:
+    (files and links, directories). ctime cannot be set back by a user, so nothing slips."""
+    root = str(ov.lower)
+    out = proc.run(
+        [
+            "find",
+            root,
+            "-path",
+            f"{root}/.git",
+            "-prune",
+            "-o",
+            "-cnewer",
+            str(ov.stamp),
+            "-printf",
+            "%y %P\\0",
+        ],
+        check=False,
+    )
+    files: list[str] = []
+    dirs: list[str] = []
+    for item in out.stdout.split("\0"):
+        if len(item) < 2:
+            continue
+        kind, rel = item[0], item[2:]
+        if rel in ("", ".git"):
+            if kind == "d" and rel == "":
+                dirs.append("")
+            continue
+        (dirs if kind == "d" else files).append(rel)
+    return files, dirs
+
+
+def scan_drift(ov: Overlay, *, base: str, known: Iterable[str] = ()) -> Drift:
+    """Compare the host's changes since the snapshot with the base commit."""
+    files, dirs = changed_since(ov)
+    seen = set(known)
+    files = [f for f in files if not shadowed(ov, f)]
+    dirs = [d for d in dirs if d == "" or not shadowed(ov, d)]
+    if not files and not dirs:
+        return Drift()
+    tracked = base_entries(ov, base)
+    drift = Drift()
+    drift.restore = _really_changed(ov, [f for f in files if f in tracked], tracked)
+    for d in dirs:
+        prefix = f"{d}/" if d else ""
+        for rel in tracked:
+            gone = rel.startswith(prefix) and not os.path.lexists(ov.lower / rel)
+            if gone and not shadowed(ov, rel):
+                drift.restore.append(rel)
+    untracked = [f for f in files if f not in tracked]
+    ignored = set(check_ignored(ov.lower, untracked))
+    for rel in untracked:
+        (drift.ignored if rel in ignored else drift.hide).append(rel)
+    drift.ignored = [r for r in drift.ignored if r not in seen]
+    drift.restore = sorted(set(drift.restore))
+    return drift
+
+
+def base_entries(ov: Overlay, base: str) -> dict[str, str]:
+    """``{path: blob id}`` of every file in the base commit.
+
+    Read with the host repo (trusted config) borrowing the sandbox's object directory,
+    never with the sandbox repo's own config."""
+    env = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(ov.gitdir / "objects")}
+    out = _host_git(ov.lower, "ls-tree", "-r", "-z", "--full-tree", base, env=env)
+    result: dict[str, str] = {}
+    for item in out.split("\0"):
+        if "\t" in item:
+            meta, path = item.split("\t", 1)
+            result[path] = meta.split()[2]
+    return result
+
+
+def _really_changed(ov: Overlay, paths: Sequence[str], tracked: dict[str, str]) -> list[str]:
+    """Of ``paths`` (tracked, inode changed), those whose content differs from the base."""
+    regular = [p for p in paths if (ov.lower / p).is_file() and not (ov.lower / p).is_symlink()]
+    changed = [p for p in paths if p not in regular]
+    if regular:
+        out = _host_git(ov.lower, "hash-object", "--stdin-paths", stdin="\n".join(regular) + "\n")
+        for rel, oid in zip(regular, out.split(), strict=False):
+            if tracked[rel] != oid:
+                changed.append(rel)
+    return changed
+
+
+def check_ignored(project: Path, paths: Sequence[str]) -> list[str]:
+    if not paths:
+        return []
+    out = _host_git(
+        project, "check-ignore", "--no-index", "-z", "--stdin", stdin="\0".join(paths) + "\0"
+    )
+    return [p for p in out.split("\0") if p]
+
+
+def _host_git(
+    root: Path, *args: str, env: dict[str, str] | None = None, stdin: str | None = None
+) -> str:
+    from sono.workspace import GIT_SAFE
+
+    result = proc.run(
+        ["git", *GIT_SAFE, "-C", str(root), *args],
+        check=False,
+        env={**os.environ, **(env or {})},
+        input=stdin,
+    )
+    return result.stdout
+
+
+# ------------------------------------------------------------------ secrets and removal
+
+
+def find_matching(project: Path, patterns: Sequence[str]) -> list[str]:
+    """Paths (outside ``.git``) whose name matches one of the glob ``patterns``."""
+    if not patterns:
+        return []
+    root = str(project)
+    names: list[str] = []
+    for pat in patterns:
+        names += ["-o", "-name", pat] if names else ["-name", pat]
+    out = proc.run(
+        [
+            "find",
+            root,
+            "-path",
+            f"{root}/.git",
+            "-prune",
+            "-o",
+            "(",
+            *names,
+            ")",
+            "-printf",
+            "%P\\0",
+        ],
+        check=False,
+    )
+    return sorted(p for p in out.stdout.split("\0") if p)
+
+
+def hide(ov: Overlay, paths: Sequence[str]) -> None:
+    """Put whiteouts for ``paths`` into the upper layer (only while nothing is mounted)."""
+    for rel in paths:
+        target = ov.upper / rel
+        _mirror_parents(ov, rel)
+        if os.path.lexists(target):
+            continue
+        os.mknod(target, stat.S_IFCHR | 0o000, os.makedev(0, 0))
+
+
+def _mirror_parents(ov: Overlay, rel: str) -> None:
+    """Create ``rel``'s parent directories in the upper layer with the lower's owner/mode."""
+    parts = rel.split("/")[:-1]
+    lower, upper = ov.lower, ov.upper
+    for part in parts:
+        lower, upper = lower / part, upper / part
+        if upper.is_dir():
+            continue
+        st = lower.stat()
+        upper.mkdir()
+        upper.chmod(stat.S_IMODE(st.st_mode))
+        with contextlib.suppress(PermissionError):
+            os.chown(upper, st.st_uid, st.st_gid)
+
+
+def remove_tree(path: Path) -> None:
+    """Delete ``path`` even where overlayfs left directories without permissions."""
+    if not path.exists():
+        return
+    try:
+        shutil.rmtree(path)
+    except OSError:
+        proc.run(["chmod", "-R", "u+rwx", str(path)], check=False)
+        shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,201 @@
+"""Copy-on-write workspaces, host side: creation, the merged view, drift classification.
+Real git and real files; the mounted overlay itself is exercised in the integration tests."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import git, make_repo, tree_snapshot
+from sono import overlay
+from sono.overlay import Overlay
+from sono.workspace import alternates, create_overlay_workspace, inspect_host
+
+EXCLUDE = (".env", "*.pem")
+
+
+def project(tmp_path: Path) -> Path:
+    repo = make_repo(
+        tmp_path / "p",
+        {
+            ".gitignore": "node_modules/\n.env\n",
+            "src/app.py": "print(1)\n",
+            "src/util.py": "u = 1\n",
+            "README.md": "# p\n",
+            "certs/tracked.pem": "public\n",
+        },
+    )
+    (repo / "node_modules" / "lib").mkdir(parents=True)
+    (repo / "node_modules" / "lib" / "index.js").write_text("1\n")
+    return repo
+
+
+def create(tmp_path: Path, repo: Path, *, allow_dirty: bool = False) -> tuple[Overlay, str]:
+    root = tmp_path / "sb"
+    root.mkdir()
+    ov = Overlay.under(root, repo)
+    base = create_overlay_workspace(
+        inspect_host(repo), ov, sandbox_id="t-1", exclude=EXCLUDE, allow_dirty=allow_dirty
+    )
+    time.sleep(0.01)  # host edits in a test land in a later ctime tick than the stamp
+    return ov, base
+
+
+def sgit(ov: Overlay, *args: str) -> str:
+    return git(ov.lower, f"--git-dir={ov.gitdir}", *args)
+
+
+def test_creation_copies_nothing_and_leaves_the_host_alone(tmp_path: Path) -> None:
+    repo = project(tmp_path)
+    (repo / ".env").write_text("TOKEN=secret\n")
+    before = tree_snapshot(repo)
+    ov, base = create(tmp_path, repo)
+    assert tree_snapshot(repo) == before
+    assert base == git(repo, "rev-parse", "HEAD")
+    assert sgit(ov, "rev-parse", "--abbrev-ref", "HEAD") == "so/t-1"
+    assert sgit(ov, "rev-parse", "refs/so/t-1/base") == base
+    assert alternates(ov.gitdir) == [(repo / ".git" / "objects").resolve()]
+    assert (ov.gitdir / "index").read_bytes() == (repo / ".git" / "index").read_bytes()
+    # Nothing of the project is in the upper layer except the secret's whiteout.
+    upper = sorted(str(p.relative_to(ov.upper)) for p in ov.upper.rglob("*"))
+    assert upper == [".env"]
+    whiteout = (ov.upper / ".env").lstat()
+    assert stat.S_ISCHR(whiteout.st_mode)
+    assert whiteout.st_rdev == 0
+
+
+def test_secrets_are_hidden_but_tracked_matches_are_kept(tmp_path: Path) -> None:
+    repo = project(tmp_path)
+    (repo / ".env").write_text("TOKEN=secret\n")
+    (repo / "src" / "server.pem").write_text("PRIVATE\n")
+    ov, _ = create(tmp_path, repo)
+    assert overlay.read_file(ov, ".env") is None
+    assert overlay.read_file(ov, "src/server.pem") is None
+    assert overlay.read_file(ov, "certs/tracked.pem") == "public\n"
+    assert overlay.read_file(ov, "node_modules/lib/index.js") == "1\n"
+
+
+def test_dirty_host_is_snapshotted_into_the_base_commit_without_secrets(tmp_path: Path) -> None:
+    repo = project(tmp_path)
+    (repo / "src" / "app.py").write_text("print(2)\n")
+    (repo / "notes.txt").write_text("new\n")
+    (repo / "key.pem").write_text("PRIVATE\n")
+    before = tree_snapshot(repo)
+    ov, base = create(tmp_path, repo, allow_dirty=True)
+    assert base != git(repo, "rev-parse", "HEAD")
+    assert sgit(ov, "show", f"{base}:src/app.py") == "print(2)"
+    assert sgit(ov, "show", f"{base}:notes.txt") == "new"
+    assert "key.pem" not in sgit(ov, "ls-tree", "--name-only", base)
+    assert tree_snapshot(repo) == before  # the snapshot's objects live in the sandbox
+
+
+def test_merged_view_prefers_upper_and_honours_whiteouts_and_opaque_dirs(tmp_path: Path) -> None:
+    repo = project(tmp_path)
+    ov, _ = create(tmp_path, repo)
+    (ov.upper / "src").mkdir()
+    (ov.upper / "src" / "app.py").write_text("print('sandbox')\n")
+    os.mknod(ov.upper / "src" / "util.py", stat.S_IFCHR, os.makedev(0, 0))
+    assert overlay.read_file(ov, "src/app.py") == "print('sandbox')\n"
+    assert overlay.read_file(ov, "src/util.py") is None
+    assert overlay.read_file(ov, "README.md") == "# p\n"
+    assert overlay.shadowed(ov, "src/app.py")
+    assert not overlay.shadowed(ov, "README.md")
+    (ov.upper / "node_modules").mkdir()
+    os.setxattr(ov.upper / "node_modules", "user.overlay.opaque", b"y")
+    assert overlay.shadowed(ov, "node_modules/lib/index.js")
+    assert overlay.read_file(ov, "node_modules/lib/index.js") is None
+
+
+def test_merged_view_never_follows_links_or_reads_the_host_git(tmp_path: Path) -> None:
+    repo = project(tmp_path)
+    ov, _ = create(tmp_path, repo)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("host secret\n")
+    (ov.upper / "specs").mkdir()
+    (ov.upper / "specs" / "status.md").symlink_to(outside)
+    assert overlay.read_file(ov, "specs/status.md") is None
+    assert overlay.read_file(ov, ".git/config") is None
+
+
+def test_no_drift_right_after_creation(tmp_path: Path) -> None:
+    repo = project(tmp_path)
+    ov, base = create(tmp_path, repo)
+    assert not overlay.scan_drift(ov, base=base)
+
+
+def test_drift_is_classified_edit_delete_add_and_dependencies(tmp_path: Path) -> None:
+    repo = project(tmp_path)
+    ov, base = create(tmp_path, repo)
+    (repo / "src" / "app.py").write_text("print('host edit')\n")  # tracked edit
+    (repo / "README.md").unlink()  # tracked delete
+    (repo / "src" / "new.py").write_text("new\n")  # added, not ignored
+    (repo / "node_modules" / "dep").mkdir()  # dependency install (ignored)
+    (repo / "node_modules" / "dep" / "i.js").write_text("d\n")
+    (repo / "src" / "util.py").write_text("u = 1\n")  # rewritten with the same content
+    drift = overlay.scan_drift(ov, base=base)
+    assert drift.restore == ["README.md", "src/app.py"]
+    assert drift.hide == ["src/new.py"]
+    assert drift.ignored == ["node_modules/dep/i.js"]
+    assert "2 restored from the base commit" in drift.summary()
+
+
+def test_drift_ignores_what_the_sandbox_already_owns(tmp_path: Path) -> None:
+    repo = project(tmp_path)
+    ov, base = create(tmp_path, repo)
+    (ov.upper / "src").mkdir()
+    (ov.upper / "src" / "app.py").write_text("agent's\n")
+    (repo / "src" / "app.py").write_text("host edit\n")
+    assert not overlay.scan_drift(ov, base=base)
+    (repo / "node_modules" / "lib" / "index.js").write_text("2\n")
+    drift = overlay.scan_drift(ov, base=base)
+    assert drift.ignored == ["node_modules/lib/index.js"]
+    assert not overlay.scan_drift(ov, base=base, known=drift.ignored)  # reported once
+
+
+def test_host_commit_without_content_change_is_not_drift(tmp_path: Path) -> None:
+    repo = project(tmp_path)
+    ov, base = create(tmp_path, repo)
+    (repo / "extra.txt").write_text("x\n")
+    git(repo, "add", "extra.txt")
+    git(repo, "commit", "-q", "-m", "host commit")
+    drift = overlay.scan_drift(ov, base=base)
+    assert drift.hide == ["extra.txt"]  # new on the host: not the sandbox's
+    assert drift.restore == []
+
+
+@pytest.mark.parametrize(
+    ("setup", "expected"),
+    [
+        ("gitfile", "is not a directory"),
+        ("owner", "is owned by uid"),
+        ("comma", "cannot carry"),
+    ],
+)
+def test_static_obstacles(tmp_path: Path, setup: str, expected: str) -> None:
+    name = "a,b" if setup == "comma" else "p"
+    repo = make_repo(tmp_path / name)
+    if setup == "gitfile":
+        git(repo, "worktree", "add", "-q", str(tmp_path / "wt"))
+        repo = tmp_path / "wt"
+    owner = os.getuid() + 1 if setup == "owner" else os.getuid()
+    reason = overlay.static_obstacle(repo, tmp_path / "home", owner_uid=owner)
+    assert reason is not None
+    assert expected in reason
+
+
+def test_no_obstacle_for_a_plain_repo(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "p")
+    assert overlay.static_obstacle(repo, tmp_path / "home", owner_uid=os.getuid()) is None
+
+
+def test_remove_tree_handles_permissionless_dirs(tmp_path: Path) -> None:
+    target = tmp_path / "x"
+    (target / "work" / "work").mkdir(parents=True)
+    (target / "work" / "work" / "f").write_text("")
+    (target / "work" / "work").chmod(0)
+    overlay.remove_tree(target)
+    assert not target.exists()
