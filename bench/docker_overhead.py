@@ -58,9 +58,17 @@ def make_repo(root: Path) -> Path:
 
 
 def new_sandbox(store: Store, repo: Path, backend: DockerBackend) -> Sandbox:
-    return create_sandbox(store=store, host=inspect_host(repo), harness="custom",
-                          backend_name="docker", backend=backend, exclude=(),
-                          allow_dirty=False, model=None, effort=None)
+    return create_sandbox(
+        store=store,
+        host=inspect_host(repo),
+        harness="custom",
+        backend_name="docker",
+        backend=backend,
+        exclude=(),
+        allow_dirty=False,
+        model=None,
+        effort=None,
+    )
 
 
 def main() -> None:
@@ -78,24 +86,42 @@ def main() -> None:
         container = f"so-{sandbox.record.id}"
         spec = sandbox.spec
 
-        raw = median_ms(lambda: subprocess.run(["docker", "exec", container, "true"],
-                                               check=True), runs)
-        so_exec = median_ms(lambda: backend.exec(spec=spec, argv=["true"], env={},
-                                                 stdin_text="prompt", timeout=60,
-                                                 on_line=lambda line: None), runs)
-        loop = Loop(sandbox, harness=CustomHarness(), agent=AgentOptions(agent_cmd="true"),
-                    opts=LoopOptions(iterations=1, timeout_s=60, commit_retries=0),
-                    reporter=PlainReporter(io.StringIO()), env={})
+        raw = median_ms(
+            lambda: subprocess.run(["docker", "exec", container, "true"], check=True), runs
+        )
+        so_exec = median_ms(
+            lambda: backend.exec(
+                spec=spec,
+                argv=["true"],
+                env={},
+                stdin_text="prompt",
+                timeout=60,
+                on_line=lambda line: None,
+            ),
+            runs,
+        )
+        loop = Loop(
+            sandbox,
+            harness=CustomHarness(),
+            agent=AgentOptions(agent_cmd="true"),
+            opts=LoopOptions(iterations=1, timeout_s=60, commit_retries=0),
+            reporter=PlainReporter(io.StringIO()),
+            env={},
+        )
         counter = iter(range(1, 10_000))
         iteration = median_ms(lambda: loop.iteration(next(counter), 1, 1), runs)
 
         creation_runs = max(3, runs // 4)
         created: list[Sandbox] = []
-        create = median_ms(lambda: created.append(new_sandbox(store, repo, backend)),
-                           creation_runs)
-        raw_run = median_ms(lambda: subprocess.run(
-            ["docker", "run", "-d", "--rm", image, "sleep", "1"], check=True,
-            capture_output=True), creation_runs)
+        create = median_ms(lambda: created.append(new_sandbox(store, repo, backend)), creation_runs)
+        raw_run = median_ms(
+            lambda: subprocess.run(
+                ["docker", "run", "-d", "--rm", image, "sleep", "1"],
+                check=True,
+                capture_output=True,
+            ),
+            creation_runs,
+        )
         for sb in [sandbox, *created]:
             remove_sandbox(sb)
 
@@ -105,8 +131,10 @@ def main() -> None:
     print(f"| so exec of `true` (Docker backend) | {so_exec:.1f} | {so_exec / raw:.2f}× |")
     print(f"| one loop iteration, agent = `true` | {iteration:.1f} | {iteration / raw:.2f}× |")
     print(f"| raw `docker run -d … sleep` (median of {creation_runs}) | {raw_run:.1f} | 1.00× |")
-    print(f"| so sandbox creation, 200-file repo (median of {creation_runs}) | {create:.1f} | "
-          f"{create / raw_run:.2f}× |")
+    print(
+        f"| so sandbox creation, 200-file repo (median of {creation_runs}) | {create:.1f} | "
+        f"{create / raw_run:.2f}× |"
+    )
 
 
 if __name__ == "__main__":
