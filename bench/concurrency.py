@@ -285,6 +285,7 @@ def bench(root: Path, store: Store, count: int, rounds: int) -> Results:
                     model=None,
                     effort=None,
                     agent_cmd=" ".join(AGENT_ARGV),
+                    workspace="auto",
                 )
             )
         return _rounds(store, sandboxes, clones, rounds)

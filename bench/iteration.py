@@ -85,6 +85,7 @@ def new_sandbox(store: Store, repo: Path, name: str, backend: Backend) -> Sandbo
         model=None,
         effort=None,
         agent_cmd="true",
+        workspace="auto",  # as `so run`: copy-on-write where the backend can mount it
     )
 
 

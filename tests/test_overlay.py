@@ -10,9 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from fakes import HostBackend
 from helpers import git, make_repo, tree_snapshot
 from sono import overlay
+from sono.backends.bwrap import BwrapBackend
+from sono.errors import SoError
 from sono.overlay import Overlay
+from sono.sandbox import choose_workspace
 from sono.workspace import alternates, create_overlay_workspace, inspect_host
 
 EXCLUDE = (".env", "*.pem")
@@ -199,3 +203,20 @@ def test_remove_tree_handles_permissionless_dirs(tmp_path: Path) -> None:
     (target / "work" / "work").chmod(0)
     overlay.remove_tree(target)
     assert not target.exists()
+
+
+def test_choose_workspace_falls_back_with_a_reason_or_insists(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "p")
+    backend = HostBackend()  # cannot mount anything
+    assert choose_workspace("copy", backend, repo, tmp_path) == ("copy", None)
+    mode, notice = choose_workspace("auto", backend, repo, tmp_path)
+    assert mode == "copy"
+    assert notice is not None
+    assert "the fake backend runs on the host" in notice
+    with pytest.raises(SoError, match="workspace = overlay is not possible on fake"):
+        choose_workspace("overlay", backend, repo, tmp_path)
+
+
+def test_auto_takes_the_overlay_on_bwrap(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "p")
+    assert choose_workspace("auto", BwrapBackend(), repo, tmp_path / "home") == ("overlay", None)

@@ -9,6 +9,7 @@ import pytest
 
 from sono.backends.base import Mount, SandboxSpec
 from sono.backends.bwrap import BwrapBackend, BwrapOptions, bwrap_argv, userns_fix
+from sono.overlay import Overlay
 
 
 def spec(tmp_path: Path, **kw: object) -> SandboxSpec:
@@ -48,6 +49,23 @@ def test_argv_namespaces_and_identity(tmp_path: Path) -> None:
     assert argv[argv.index("--uid") + 1] == "1000"
     assert argv[argv.index("--cap-drop") + 1] == "ALL"
     assert "--unshare-net" not in argv  # host network in this release, documented
+
+
+def test_argv_overlay_workspace(tmp_path: Path) -> None:
+    ov = Overlay.under(tmp_path / "sb", tmp_path / "project")
+    argv = argv_for(tmp_path, overlay=ov)
+    i = argv.index("--overlay-src")
+    assert argv[i : i + 6] == [
+        "--overlay-src",
+        str(tmp_path / "project"),
+        "--overlay",
+        str(ov.upper),
+        str(ov.workdir),
+        "/workspace",
+    ]
+    assert (str(ov.gitdir), "/workspace/.git") in pairs(argv, "--bind")
+    assert argv.index("--bind", i) > i  # .git is bound on top of the mounted overlay
+    assert (str(tmp_path / "work"), "/workspace") not in pairs(argv, "--bind")
 
 
 def test_argv_mounts(tmp_path: Path) -> None:

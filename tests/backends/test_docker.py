@@ -19,10 +19,24 @@ from sono.backends.docker import (
 )
 from sono.errors import SoError
 from sono.images import Images, RunnerSpec, content_hash
+from sono.overlay import Overlay
 
 
 def spec(tmp_path: Path, **kw: object) -> SandboxSpec:
     return SandboxSpec(id="p-1", workspace=tmp_path / "work", home_seed=tmp_path / "home", **kw)  # type: ignore[arg-type]
+
+
+def test_container_config_overlay_volume(tmp_path: Path) -> None:
+    ov = Overlay.under(tmp_path / "sb", tmp_path / "project")
+    s = spec(tmp_path, overlay=ov)
+    config = container_config(s, "so-runner:abc", gpus=False)
+    mounts = {m["Target"]: m for m in config["mounts"]}
+    volume = mounts["/workspace"]
+    assert volume["Type"] == "volume" and volume["Source"] == "so-p-1"
+    options = volume["VolumeOptions"]["DriverConfig"]["Options"]
+    assert options == {"type": "overlay", "device": "overlay", "o": ov.mount_options()}
+    assert mounts["/workspace/.git"]["Source"] == str(ov.gitdir)
+    assert mounts_key(s, "img") != mounts_key(spec(tmp_path), "img")
 
 
 def test_container_config_policy(tmp_path: Path) -> None:

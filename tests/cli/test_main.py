@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -173,6 +174,21 @@ def test_doctor_reports_bwrap_and_network(repo: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     assert "[ok  ] backend bwrap" in out.stdout
     assert "host network" in out.stdout and "git" in out.stdout
+
+
+def test_doctor_says_whether_workspaces_are_copy_on_write(repo: Path) -> None:
+    out = so("doctor", cwd=repo)
+    assert "[ok  ] workspace on bwrap: copy-on-write overlay" in out.stdout
+    pinned = so("doctor", cwd=repo, env={"SO_WORKSPACE": "copy"})
+    assert "[--  ] workspace on bwrap: copy (workspace = copy in config)" in pinned.stdout
+    os.chown(repo, os.getuid() + 1, -1)  # not yours: its files would be read-only inside
+    trust = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory"}
+    try:
+        fallback = so("doctor", cwd=repo, env={**trust, "GIT_CONFIG_VALUE_0": "*"})
+    finally:
+        os.chown(repo, os.getuid(), -1)
+    assert "workspace on bwrap: falls back to a full copy" in fallback.stdout
+    assert "owned by uid" in fallback.stdout
 
 
 def test_doctor_fails_for_unavailable_backend(repo: Path) -> None:

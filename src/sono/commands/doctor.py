@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from sono import agents, proc
 from sono.backends import BACKENDS, PLANNED, choose_auto, get_backend
+from sono.backends.base import Backend
 from sono.commands import _common as c
 from sono.errors import SoError
 from sono.harnesses import HARNESSES, available, harness_class
@@ -32,10 +34,13 @@ def run(args: argparse.Namespace) -> int:
         selected, why = choose_auto(settings)
     selected_ok = False
     for name in BACKENDS:
-        health = get_backend(name, settings).health()
+        backend = get_backend(name, settings)
+        health = backend.health()
         detail = health.detail + (f" — fix: {health.fix}" if health.fix else "")
         out.append(line(health.ok, f"backend {name}", detail))
         selected_ok = selected_ok or (name == selected and health.ok)
+        if health.ok:
+            out.append(_workspace(name, backend, cfg.workspace))
     for name in PLANNED:
         out.append(line(None, f"backend {name}", "not supported yet"))
     out.append(line(selected_ok, "selected sandbox", f"{selected} ({why})"))
@@ -58,6 +63,31 @@ def run(args: argparse.Namespace) -> int:
     out += _credentials()
     print("\n".join(out))
     return 0 if selected_ok and git else 1
+
+
+def _workspace(name: str, backend: Backend, wanted: str) -> str:
+    """Can sandboxes on ``name`` be copy-on-write for this project (or a plain repo)?"""
+    home = so_home(c.environ())
+    project = _project()
+    with tempfile.TemporaryDirectory(dir=_mkdir(home), prefix=".doctor-") as tmp:
+        probe = project or Path(tmp)
+        (probe / ".git").mkdir(exist_ok=True)
+        obstacle = backend.overlay_obstacle(probe, home)
+        if obstacle and project is None:  # judged on a stand-in repo owned by you
+            obstacle = obstacle.replace(str(probe), "a project of yours")
+    what = f"workspace on {name}"
+    if wanted == "copy":
+        return line(None, what, "copy (workspace = copy in config)")
+    if obstacle is None:
+        return line(True, what, "copy-on-write overlay (creation is O(1) in repo size)")
+    if wanted == "overlay":
+        return line(False, what, f"workspace = overlay cannot work here: {obstacle}")
+    return line(None, what, f"falls back to a full copy: {obstacle}")
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _project() -> Path | None:
