@@ -119,3 +119,22 @@ def test_conflict_without_in_memory_probe_still_restores_host(
     after = without_objects(tree_snapshot(repo))
     assert after == before
     assert not (repo / "d.txt").exists()
+
+
+def test_merge_flags_files_that_run_code(tmp_path: Path) -> None:
+    _, sb = sandbox_with_commits(tmp_path, {"a.txt": "one\n"})
+    (sb.work / ".github" / "workflows").mkdir(parents=True)
+    (sb.work / ".github" / "workflows" / "ci.yml").write_text("on: push\n")
+    (sb.work / "sub").mkdir()
+    (sb.work / "sub" / ".gitattributes").write_text("*.txt filter=evil\n")
+    sb.git.commit_all("ci")
+    result = merge(sb, commit=False, keep=True)
+    assert len(result.notes) == 1
+    assert ".github/workflows/ci.yml" in result.notes[0]
+    assert "sub/.gitattributes" in result.notes[0]
+    assert "a.txt" not in result.notes[0]
+
+
+def test_merge_of_plain_files_has_no_notes(tmp_path: Path) -> None:
+    _, sb = sandbox_with_commits(tmp_path, {"a.txt": "one\n"})
+    assert merge(sb, commit=False, keep=True).notes == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import secrets
@@ -165,6 +166,12 @@ def merge(sandbox: Sandbox, *, commit: bool, keep: bool) -> MergeResult:
         )
         raise SoError(_conflict_message(rec.id, what))
     files = host_git(host.root, "diff", "--cached", "--name-only").stdout.split()
+    risky = [f for f in files if runs_code(f)]
+    if risky:
+        notes.append(
+            f"the sandbox changed files that run code in git, hooks or CI ({', '.join(risky[:5])}"
+            f"{' …' if len(risky) > 5 else ''}): read them before you commit or push"
+        )
     if commit:
         message = (
             f"so: squash of sandbox {rec.id} ({len(commits)} commit(s))\n\n"
@@ -174,6 +181,31 @@ def merge(sandbox: Sandbox, *, commit: bool, keep: bool) -> MergeResult:
     if not keep:
         remove_sandbox(sandbox)
     return MergeResult(len(commits), files, commit, host.branch, notes)
+
+
+# Paths whose content git, hook managers or CI execute: a merge that touches them is flagged.
+RUNS_CODE = (
+    ".gitattributes",
+    ".gitmodules",
+    ".github/workflows/*",
+    ".github/actions/*",
+    ".gitlab-ci.yml",
+    ".circleci/*",
+    ".travis.yml",
+    ".buildkite/*",
+    "azure-pipelines.yml",
+    "Jenkinsfile",
+    ".husky/*",
+    ".githooks/*",
+    ".pre-commit-config.yaml",
+    ".lefthook.yml",
+    "lefthook.yml",
+)
+
+
+def runs_code(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return name == ".gitattributes" or any(fnmatch.fnmatchcase(path, p) for p in RUNS_CODE)
 
 
 def _conflict_message(sandbox_id: str, what: str) -> str:
