@@ -1,0 +1,493 @@
+"""The model gateway: the only holder of the real API keys.
+
+An asyncio HTTP server on a Unix socket (bound into the sandbox, separate from the egress
+proxy). The agent inside is pointed at it (``ANTHROPIC_BASE_URL=http://127.0.0.1:3129/
+anthropic``) with a placeholder key. For each request the gateway
+
+1. picks the :class:`Route` with the longest matching path prefix (none: ``404`` JSON);
+2. strips every incoming credential header (``x-api-key``, ``authorization``,
+   ``proxy-authorization``, ``api-key``) and hop-by-hop headers, injects the route's real
+   key (``x-api-key: KEY`` or ``authorization: Bearer KEY``, per ``Route.auth``), sets
+   ``Host`` to the upstream's, and asks for an uncompressed response;
+3. forwards the body (``Content-Length`` or chunked, streamed) to the upstream over HTTPS
+   (the default SSL context, honouring ``SSL_CERT_FILE``) or plain HTTP; unreachable:
+   ``502`` JSON;
+4. streams the response back unbuffered, each piece written as soon as it arrives (SSE
+   reaches the client event by event), while :class:`sono.net.usage.UsageParser` reads a
+   copy for token usage;
+5. appends one JSON line per request to the usage log: ``{"time", "route", "model",
+   "status", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+   "duration_ms", "ttfb_ms"}``: ``time`` is when the request head arrived, ``ttfb_ms`` from
+   then to the upstream's response head, ``duration_ms`` to the end of the response; token
+   fields as in :mod:`sono.net.usage` (``null`` when not reported); ``route`` is the prefix
+   (``null`` for a 404) and ``status`` the upstream's, or the gateway's own 4xx/502. Keys
+   are never logged (``Route`` hides ``key`` from its repr, too).
+
+One request per connection: both the client and the upstream connection get
+``Connection: close`` (no keep-alive, so no pooling: each request opens its own upstream
+connection). Upgrades (WebSocket) are not supported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import ssl
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from sono.net.proxy import (
+    BUFFER,
+    HEAD_TIMEOUT_S,
+    HOP_BY_HOP,
+    MAX_HEAD,
+    Head,
+    HttpError,
+    ServerThread,
+    append_json_line,
+    close_writer,
+    now_iso,
+    parse_head,
+    read_head,
+    render_head,
+    simple_response,
+)
+from sono.net.usage import UsageParser
+
+AuthStyle = Literal["x-api-key", "bearer"]
+AUTH_STYLES: tuple[AuthStyle, ...] = ("x-api-key", "bearer")
+CREDENTIAL_HEADERS = frozenset({"x-api-key", "authorization", "proxy-authorization", "api-key"})
+CONNECT_TIMEOUT_S = 30.0
+UPSTREAM_IDLE_S = 900.0  # a non-streaming answer may take minutes before its first byte
+CLIENT_IDLE_S = 300.0
+MODEL_SNIFF = 64 * 1024
+
+_MODEL_RE = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
+_SIZE_RE = re.compile(rb"[0-9a-fA-F]{1,16}")
+
+
+@dataclass(frozen=True)
+class Route:
+    """``/anthropic/v1/messages`` with prefix ``/anthropic`` and upstream
+    ``https://api.anthropic.com`` goes to ``https://api.anthropic.com/v1/messages``; an
+    upstream path is kept as a base (``https://api.openai.com/v1`` + ``/responses``)."""
+
+    prefix: str
+    upstream: str
+    auth: AuthStyle
+    key: str = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.prefix.startswith("/") or self.prefix.endswith("/") or "?" in self.prefix:
+            raise ValueError(f"route prefix must look like /name, not {self.prefix!r}")
+        url = urlsplit(self.upstream)
+        if url.scheme not in ("http", "https") or not url.hostname or url.query:
+            raise ValueError(f"route upstream must be an http(s) base URL, not {self.upstream!r}")
+        if self.auth not in AUTH_STYLES:
+            raise ValueError(f"route auth must be one of {', '.join(AUTH_STYLES)}")
+        if not self.key or any(c in self.key for c in "\r\n\0"):
+            raise ValueError(f"route {self.prefix}: the API key is empty or malformed")
+
+    def matches(self, path: str) -> bool:
+        return path == self.prefix or path.startswith(self.prefix + "/")
+
+    def target(self, path: str, query: str) -> str:
+        """The upstream request target for client ``path`` (which matches)."""
+        base = urlsplit(self.upstream).path.rstrip("/")
+        target = base + path[len(self.prefix) :]
+        return (target or "/") + (f"?{query}" if query else "")
+
+    def auth_header(self) -> tuple[str, str]:
+        if self.auth == "bearer":
+            return ("Authorization", f"Bearer {self.key}")
+        return ("x-api-key", self.key)
+
+
+def default_ssl_context() -> ssl.SSLContext:
+    """System trust store, plus ``SSL_CERT_FILE`` when set."""
+    context = ssl.create_default_context()
+    cafile = os.environ.get("SSL_CERT_FILE")
+    if cafile:
+        context.load_verify_locations(cafile=cafile)
+    return context
+
+
+class ChunkedDecoder:
+    """Incremental ``Transfer-Encoding: chunked`` decoder: :meth:`feed` returns the payload
+    bytes decoded so far; ``done`` after the last chunk and trailers, with any bytes past
+    the end in ``rest``. Malformed framing raises ``ValueError``."""
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._left = 0
+        self._state: Literal["size", "data", "crlf", "trailer"] = "size"
+        self.done = False
+        self.rest = b""
+
+    def feed(self, data: bytes) -> bytes:
+        self._buf += data
+        out: list[bytes] = []
+        while not self.done and self._step(out):
+            pass
+        return b"".join(out)
+
+    def _step(self, out: list[bytes]) -> bool:
+        """Advance one state; False when more input is needed."""
+        if self._state == "data":
+            if not self._buf:
+                return False
+            piece, self._buf = self._buf[: self._left], self._buf[self._left :]
+            out.append(piece)
+            self._left -= len(piece)
+            if self._left == 0:
+                self._state = "crlf"
+            return True
+        if self._state == "crlf":
+            if len(self._buf) < 2:
+                return False
+            if self._buf[:2] != b"\r\n":
+                raise ValueError("chunk not followed by CRLF")
+            self._buf, self._state = self._buf[2:], "size"
+            return True
+        return self._line()
+
+    def _line(self) -> bool:
+        """A chunk-size or trailer line."""
+        end = self._buf.find(b"\r\n")
+        if end < 0:
+            if len(self._buf) > 8192:
+                raise ValueError("chunk size or trailer line too long")
+            return False
+        line, self._buf = self._buf[:end], self._buf[end + 2 :]
+        if self._state == "trailer":
+            if not line:
+                self.done, self.rest, self._buf = True, self._buf, b""
+            return True
+        size = line.split(b";", 1)[0].strip()
+        if not _SIZE_RE.fullmatch(size):
+            raise ValueError(f"bad chunk size {size[:20]!r}")
+        self._left = int(size, 16)
+        self._state = "data" if self._left else "trailer"
+        return True
+
+
+@dataclass
+class _Exchange:
+    """What the usage line records about one request."""
+
+    started: float = field(default_factory=time.monotonic)
+    time: str = field(default_factory=now_iso)
+    route: str | None = None
+    status: int | None = None
+    ttfb_ms: int | None = None
+    request_model: str | None = None
+    parser: UsageParser | None = None
+
+    def record(self) -> dict[str, object]:
+        tokens = self.parser.result() if self.parser is not None else None
+        return {
+            "time": self.time,
+            "route": self.route,
+            "model": (tokens.model if tokens else None) or self.request_model,
+            "status": self.status,
+            "input_tokens": tokens.input_tokens if tokens else None,
+            "output_tokens": tokens.output_tokens if tokens else None,
+            "cache_read_tokens": tokens.cache_read_tokens if tokens else None,
+            "cache_write_tokens": tokens.cache_write_tokens if tokens else None,
+            "duration_ms": round((time.monotonic() - self.started) * 1000),
+            "ttfb_ms": self.ttfb_ms,
+        }
+
+
+def _json_error(status: int, message: str) -> bytes:
+    kind = {404: "not_found_error", 400: "invalid_request_error"}.get(status, "api_error")
+    body = json.dumps({"type": "error", "error": {"type": kind, "message": message}})
+    return simple_response(status, body, "application/json")
+
+
+class Gateway:
+    """The gateway server; ``await start()`` binds ``socket_path``, ``await close()``
+    stops it, ends open requests and removes the socket."""
+
+    def __init__(
+        self,
+        routes: Sequence[Route],
+        socket_path: Path | str,
+        usage_log: Path | str,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+        upstream_idle: float = UPSTREAM_IDLE_S,
+    ) -> None:
+        prefixes = [r.prefix for r in routes]
+        if len(set(prefixes)) != len(prefixes):
+            raise ValueError("two gateway routes share a prefix")
+        self.routes = sorted(routes, key=lambda r: len(r.prefix), reverse=True)
+        self.socket_path = Path(socket_path)
+        self.usage_log = Path(usage_log)
+        self._ssl = ssl_context
+        self._connect_timeout = connect_timeout
+        self._upstream_idle = upstream_idle
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def route_for(self, path: str) -> Route | None:
+        return next((r for r in self.routes if r.matches(path)), None)
+
+    async def start(self) -> None:
+        if self._ssl is None and any(r.upstream.startswith("https:") for r in self.routes):
+            self._ssl = default_ssl_context()
+        self.usage_log.parent.mkdir(parents=True, exist_ok=True)
+        if self.socket_path.is_socket():
+            self.socket_path.unlink()
+        self._server = await asyncio.start_unix_server(
+            self._handle, path=str(self.socket_path), limit=MAX_HEAD, backlog=1024
+        )
+
+    async def close(self) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._server.wait_closed()
+        self._server = None
+        self.socket_path.unlink(missing_ok=True)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        exchange: _Exchange | None = None
+        try:
+            raw = await read_head(reader, HEAD_TIMEOUT_S)
+            if not raw:
+                return
+            exchange = _Exchange()
+            await self._serve(parse_head(raw), reader, writer, exchange)
+        except HttpError as exc:
+            if exchange is not None and exchange.status is None:
+                exchange.status = exc.status
+                with contextlib.suppress(OSError):
+                    writer.write(_json_error(exc.status, f"so gateway: {exc.message}"))
+                    await writer.drain()
+        except asyncio.CancelledError:
+            pass  # close(): end quietly (a cancelled handler task makes asyncio log noise)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError):
+            pass  # the client went away: the usage line still records what was seen
+        finally:
+            self._tasks.discard(task)
+            if exchange is not None:
+                append_json_line(self.usage_log, exchange.record())
+            await close_writer(writer)
+
+    async def _serve(
+        self,
+        head: Head,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        exchange: _Exchange,
+    ) -> None:
+        method, target, _version = head.start
+        if not target.startswith("/"):
+            raise HttpError(400, "send origin-form requests (/prefix/path)")
+        path, _, query = target.partition("?")
+        route = self.route_for(path)
+        if route is None:
+            raise HttpError(404, f"no gateway route for {path}")
+        exchange.route = route.prefix
+        chunked, length = _request_framing(head)
+        if "100-continue" in head.tokens("expect"):
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        up_reader, up_writer = await self._connect(route)
+        try:
+            framing = [("Transfer-Encoding", "chunked")] if chunked else []
+            if length is not None:
+                framing = [("Content-Length", str(length))]
+            up_writer.write(
+                render_head(
+                    f"{method} {route.target(path, query)} HTTP/1.1",
+                    [
+                        ("Host", urlsplit(route.upstream).netloc),
+                        *_forwardable(head),
+                        route.auth_header(),
+                        ("Accept-Encoding", "identity"),
+                        *framing,
+                        ("Connection", "close"),
+                    ],
+                )
+            )
+            exchange.request_model = await _send_body(reader, up_writer, chunked, length)
+            await self._relay_response(method, up_reader, writer, exchange)
+        finally:
+            await close_writer(up_writer)
+
+    async def _connect(self, route: Route) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        url = urlsplit(route.upstream)
+        https = url.scheme == "https"
+        host = url.hostname or ""
+        try:
+            return await asyncio.wait_for(
+                asyncio.open_connection(
+                    host,
+                    url.port or (443 if https else 80),
+                    ssl=self._ssl if https else None,
+                    server_hostname=host if https else None,
+                    limit=MAX_HEAD,
+                ),
+                self._connect_timeout,
+            )
+        except (OSError, TimeoutError) as exc:
+            reason = str(exc) or type(exc).__name__
+            raise HttpError(502, f"upstream {url.netloc} unreachable: {reason}") from None
+
+    async def _relay_response(
+        self,
+        method: str,
+        up_reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        exchange: _Exchange,
+    ) -> None:
+        head = await self._response_head(up_reader)
+        status = int(head.start[1])
+        exchange.ttfb_ms = round((time.monotonic() - exchange.started) * 1000)
+        exchange.status = status
+        drop = HOP_BY_HOP | head.tokens("connection")
+        headers = [(k, v) for k, v in head.headers if k.lower() not in drop]
+        writer.write(
+            render_head(f"HTTP/1.1 {status} {head.start[2]}", [*headers, ("Connection", "close")])
+        )
+        await writer.drain()
+        if method == "HEAD" or status in (204, 304):
+            return
+        parser = UsageParser(head.get("content-type") or "", head.get("content-encoding") or "")
+        exchange.parser = parser
+        await self._relay_body(head, up_reader, writer, parser)
+
+    async def _response_head(self, up_reader: asyncio.StreamReader) -> Head:
+        """The final response head (interim 1xx heads are skipped)."""
+        while True:
+            try:
+                raw = await read_head(up_reader, self._upstream_idle, "response")
+            except HttpError as exc:
+                raise HttpError(502, f"upstream: {exc.message}") from None
+            if not raw:
+                raise HttpError(502, "upstream closed the connection without answering")
+            head = parse_head(raw, response=True)
+            if not 100 <= int(head.start[1]) < 200:
+                return head
+
+    async def _relay_body(
+        self,
+        head: Head,
+        up_reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        parser: UsageParser,
+    ) -> None:
+        """Copy the body as it arrives, framing untouched, until its end (by chunked
+        framing, Content-Length, or the upstream closing); the parser reads a copy."""
+        decoder = ChunkedDecoder() if "chunked" in head.tokens("transfer-encoding") else None
+        length = head.get("content-length")
+        left = int(length) if decoder is None and length and length.isdigit() else -1
+        while left != 0:
+            data = await asyncio.wait_for(up_reader.read(BUFFER), self._upstream_idle)
+            if not data:
+                return
+            if decoder is not None:
+                try:
+                    payload = decoder.feed(data)
+                except ValueError:
+                    return  # malformed upstream framing: stop; the client sees a short body
+                data = data[: len(data) - len(decoder.rest)]
+            elif left > 0:
+                data = payload = data[:left]
+                left -= len(data)
+            else:
+                payload = data
+            writer.write(data)
+            await writer.drain()
+            parser.feed(payload)
+            if decoder is not None and decoder.done:
+                return
+
+
+def _request_framing(head: Head) -> tuple[bool, int | None]:
+    """(chunked?, content length) of the client's body; ambiguous framing is a 400."""
+    codings = head.tokens("transfer-encoding")
+    lengths = {v.strip() for v in head.values("content-length")}
+    if codings and lengths:
+        raise HttpError(400, "both Transfer-Encoding and Content-Length")
+    if codings:
+        if codings != {"chunked"}:
+            raise HttpError(501, f"unsupported Transfer-Encoding {', '.join(sorted(codings))}")
+        return True, None
+    if not lengths:
+        return False, None
+    if len(lengths) > 1 or not all(v.isdigit() for v in lengths):
+        raise HttpError(400, "malformed Content-Length")
+    return False, int(lengths.pop())
+
+
+def _forwardable(head: Head) -> Iterable[tuple[str, str]]:
+    drop = HOP_BY_HOP | CREDENTIAL_HEADERS | head.tokens("connection")
+    drop |= {"host", "content-length", "transfer-encoding", "expect", "accept-encoding"}
+    return [(k, v) for k, v in head.headers if k.lower() not in drop]
+
+
+async def _send_body(
+    reader: asyncio.StreamReader,
+    up_writer: asyncio.StreamWriter,
+    chunked: bool,
+    length: int | None,
+) -> str | None:
+    """Stream the request body upstream (re-chunked when chunked); returns the request's
+    ``"model"`` when it appears in the first :data:`MODEL_SNIFF` bytes."""
+    sniff = bytearray()
+    decoder = ChunkedDecoder() if chunked else None
+    left = length or 0
+    while decoder is not None or left > 0:
+        data = await asyncio.wait_for(reader.read(min(BUFFER, left) or BUFFER), CLIENT_IDLE_S)
+        if not data:
+            raise HttpError(400, "request body ended early")
+        if decoder is None:
+            left -= len(data)
+            payload = data
+            up_writer.write(data)
+        else:
+            try:
+                payload = decoder.feed(data)
+            except ValueError as exc:
+                raise HttpError(400, f"bad chunked body: {exc}") from None
+            if payload:
+                up_writer.write(b"%x\r\n%s\r\n" % (len(payload), payload))
+            if decoder.done:
+                up_writer.write(b"0\r\n\r\n")
+                decoder = None
+        if len(sniff) < MODEL_SNIFF:
+            sniff += payload[: MODEL_SNIFF - len(sniff)]
+        await up_writer.drain()
+    match = _MODEL_RE.search(sniff)
+    return match.group(1).decode("utf-8", "replace") if match else None
+
+
+class GatewayThread(ServerThread):
+    """:class:`Gateway` on its own thread; ``start()``/``stop()`` or a ``with`` block."""
+
+    def __init__(
+        self,
+        routes: Sequence[Route],
+        socket_path: Path | str,
+        usage_log: Path | str,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.gateway = Gateway(routes, socket_path, usage_log, ssl_context=ssl_context)
+        super().__init__(self.gateway, "so-net-gateway")

@@ -1,0 +1,468 @@
+"""The model gateway on a real Unix socket, in front of real local model servers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import ssl
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from net_helpers import (
+    TIMEOUT_S,
+    OriginServer,
+    Response,
+    exchange,
+    json_lines,
+    parse_response,
+    read_all,
+    read_until,
+    short_dir,
+    unix_connect,
+)
+
+from sono.net.gateway import GatewayThread, Route
+from sono.testing.model_server import ModelServer
+
+SECRET = "sk-real-SECRET-0123456789"
+PLACEHOLDER = "sk-placeholder"
+USAGE_KEYS = {
+    "time",
+    "route",
+    "model",
+    "status",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "duration_ms",
+    "ttfb_ms",
+}
+
+
+@dataclass
+class Setup:
+    dir: Path
+    sock: Path
+    usage: Path
+
+    def gateway(self, *routes: Route) -> GatewayThread:
+        return GatewayThread(routes, self.sock, self.usage)
+
+    def post(self, path: str, body: dict[str, Any], *extra: str) -> Response:
+        data = json.dumps(body).encode()
+        head = "\r\n".join(
+            [
+                f"POST {path} HTTP/1.1",
+                "Host: 127.0.0.1:3129",
+                "Content-Type: application/json",
+                f"x-api-key: {PLACEHOLDER}",
+                f"Authorization: Bearer {PLACEHOLDER}",
+                f"Proxy-Authorization: Basic {PLACEHOLDER}",
+                f"Content-Length: {len(data)}",
+                *extra,
+            ]
+        )
+        return exchange(self.sock, head.encode() + b"\r\n\r\n" + data)
+
+    def assert_secret_never_logged(self) -> None:
+        for path in self.dir.rglob("*"):
+            if path.is_file():
+                assert SECRET not in path.read_text(errors="replace"), path
+
+
+@pytest.fixture
+def setup() -> Iterator[Setup]:
+    with short_dir() as d:
+        yield Setup(d, d / "gateway.sock", d / "logs" / "usage.jsonl")
+
+
+@pytest.fixture
+def model_server() -> Iterator[ModelServer]:
+    with ModelServer() as server:
+        yield server
+
+
+def sse_events(body: bytes) -> list[dict[str, Any]]:
+    events = []
+    for block in body.decode().split("\n\n"):
+        data = [line[5:].strip() for line in block.splitlines() if line.startswith("data:")]
+        if data and data != ["[DONE]"]:
+            events.append(json.loads("\n".join(data)))
+    return events
+
+
+def assert_placeholder_replaced(headers: dict[str, str]) -> None:
+    assert "proxy-authorization" not in headers
+    assert all(PLACEHOLDER not in v for v in headers.values())
+
+
+# --- Anthropic Messages ------------------------------------------------------------------
+
+
+def test_anthropic_sse_gets_the_real_key_and_usage_is_recorded(
+    setup: Setup, model_server: ModelServer
+) -> None:
+    route = Route("/anthropic", model_server.url, "x-api-key", SECRET)
+    body = {
+        "model": "claude-test",
+        "max_tokens": 50,
+        "stream": True,
+        "messages": [{"role": "user", "content": "hello there, this is a test prompt"}],
+    }
+    with setup.gateway(route):
+        response = setup.post("/anthropic/v1/messages?beta=true", body)
+    assert response.status == 200
+    assert response.headers["content-type"] == "text/event-stream"
+    assert SECRET.encode() not in response.raw
+    [seen] = model_server.requests
+    assert seen.path == "/v1/messages"
+    assert seen.body == body
+    assert seen.headers["x-api-key"] == SECRET
+    assert "authorization" not in seen.headers
+    assert seen.headers["host"] == model_server.url.removeprefix("http://")
+    assert_placeholder_replaced(seen.headers)
+
+    events = sse_events(response.body)
+    start = next(e for e in events if e["type"] == "message_start")["message"]["usage"]
+    delta = next(e for e in events if e["type"] == "message_delta")["usage"]
+    [line] = json_lines(setup.usage)
+    assert set(line) == USAGE_KEYS
+    assert line["route"] == "/anthropic"
+    assert line["model"] == "claude-test"
+    assert line["status"] == 200
+    assert line["input_tokens"] == start["input_tokens"] > 0
+    assert line["output_tokens"] == delta["output_tokens"] > 1  # the delta's, not the start's 1
+    assert line["cache_read_tokens"] == start["cache_read_input_tokens"]
+    assert line["cache_write_tokens"] == 0
+    assert 0 <= line["ttfb_ms"] <= line["duration_ms"]
+    setup.assert_secret_never_logged()
+
+
+def test_anthropic_json_usage(setup: Setup, model_server: ModelServer) -> None:
+    route = Route("/anthropic", model_server.url, "x-api-key", SECRET)
+    messages = [
+        {"role": "user", "content": "first question " * 20},
+        {"role": "assistant", "content": "an answer"},
+        {"role": "user", "content": "second"},
+    ]
+    body = {"model": "claude-json", "max_tokens": 50, "messages": messages}
+    with setup.gateway(route):
+        response = setup.post("/anthropic/v1/messages", body)
+    assert response.status == 200
+    usage = response.json()["usage"]
+    [line] = json_lines(setup.usage)
+    assert line["model"] == "claude-json"
+    assert line["input_tokens"] == usage["input_tokens"]
+    assert line["output_tokens"] == usage["output_tokens"]
+    assert line["cache_read_tokens"] == usage["cache_read_input_tokens"] > 0
+
+
+# --- OpenAI --------------------------------------------------------------------------------
+
+
+def test_openai_responses_sse_uses_bearer_and_records_usage(
+    setup: Setup, model_server: ModelServer
+) -> None:
+    route = Route("/openai", model_server.url + "/v1", "bearer", SECRET)
+    body = {"model": "gpt-test", "input": "say something " * 10, "stream": True}
+    with setup.gateway(route):
+        response = setup.post("/openai/responses", body)
+    assert response.status == 200
+    [seen] = model_server.requests
+    assert seen.path == "/v1/responses"  # the upstream's base path is kept
+    assert seen.headers["authorization"] == f"Bearer {SECRET}"
+    assert "x-api-key" not in seen.headers
+    assert_placeholder_replaced(seen.headers)
+    completed = next(e for e in sse_events(response.body) if e["type"] == "response.completed")
+    usage = completed["response"]["usage"]
+    cached = usage["input_tokens_details"]["cached_tokens"]
+    [line] = json_lines(setup.usage)
+    assert line["route"] == "/openai"
+    assert line["model"] == "gpt-test"
+    assert line["input_tokens"] == usage["input_tokens"] - cached
+    assert line["output_tokens"] == usage["output_tokens"] > 0
+    assert line["cache_read_tokens"] == cached
+    setup.assert_secret_never_logged()
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_openai_chat_completions_usage(
+    setup: Setup, model_server: ModelServer, stream: bool
+) -> None:
+    route = Route("/openai", model_server.url + "/v1", "bearer", SECRET)
+    body: dict[str, Any] = {
+        "model": "gpt-chat",
+        "messages": [{"role": "user", "content": "tell me a story " * 10}],
+        "stream": stream,
+    }
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    with setup.gateway(route):
+        response = setup.post("/openai/chat/completions", body)
+    assert response.status == 200
+    if stream:
+        usage = next(e["usage"] for e in sse_events(response.body) if e.get("usage"))
+    else:
+        usage = response.json()["usage"]
+    [line] = json_lines(setup.usage)
+    assert line["model"] == "gpt-chat"
+    assert line["input_tokens"] == usage["prompt_tokens"] > 0
+    assert line["output_tokens"] == usage["completion_tokens"] > 0
+    assert line["cache_read_tokens"] == 0
+    assert model_server.requests[0].headers["authorization"] == f"Bearer {SECRET}"
+
+
+# --- streaming is unbuffered ------------------------------------------------------------
+
+
+class HeldStream:
+    """An upstream that sends the SSE head and first event, then holds the rest until
+    ``release`` is set (or 5 s pass)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.finished = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def _chunk(event: str, data: dict[str, Any]) -> bytes:
+        text = f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+        return b"%x\r\n%s\r\n" % (len(text), text)
+
+    def _serve(self) -> None:
+        conn, _ = self.listener.accept()
+        with conn:
+            head, rest = read_until(conn, b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            while len(rest) < length:
+                rest += conn.recv(65536)
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n"
+            )
+            message = {"model": "claude-held", "usage": {"input_tokens": 11, "output_tokens": 1}}
+            conn.sendall(
+                self._chunk("message_start", {"type": "message_start", "message": message})
+            )
+            self.release.wait(5)
+            delta = {"type": "message_delta", "delta": {}, "usage": {"output_tokens": 42}}
+            conn.sendall(self._chunk("message_delta", delta))
+            conn.sendall(self._chunk("message_stop", {"type": "message_stop"}))
+            conn.sendall(b"0\r\n\r\n")
+            self.finished.set()
+        self.listener.close()
+
+
+def test_sse_reaches_the_client_before_the_upstream_finishes(setup: Setup) -> None:
+    upstream = HeldStream()
+    route = Route("/anthropic", f"http://127.0.0.1:{upstream.port}", "x-api-key", SECRET)
+    with setup.gateway(route):
+        sock = unix_connect(setup.sock)
+        data = b'{"model": "claude-held", "stream": true}'
+        sock.sendall(
+            b"POST /anthropic/v1/messages HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(data), data)
+        )
+        first, rest = read_until(sock, b'"message_start"')
+        first, rest = read_until(sock, b"\n\n", first + rest)
+        # The first event is here while the upstream is still holding the rest back.
+        assert not upstream.finished.is_set()
+        assert b"HTTP/1.1 200 " in first
+        upstream.release.set()
+        response = parse_response(read_all(sock, first + rest))
+        sock.close()
+    upstream.thread.join(TIMEOUT_S)
+    assert [e["type"] for e in sse_events(response.body)] == [
+        "message_start",
+        "message_delta",
+        "message_stop",
+    ]
+    [line] = json_lines(setup.usage)
+    assert (line["input_tokens"], line["output_tokens"]) == (11, 42)
+    assert line["model"] == "claude-held"
+    assert line["ttfb_ms"] <= line["duration_ms"]
+
+
+# --- request bodies ---------------------------------------------------------------------------
+
+
+def test_chunked_request_body_is_forwarded(setup: Setup, model_server: ModelServer) -> None:
+    route = Route("/anthropic", model_server.url, "x-api-key", SECRET)
+    body = {
+        "model": "claude-chunked",
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    data = json.dumps(body).encode()
+    pieces = [data[:7], data[7:30], data[30:]]
+    chunked = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+    request = (
+        b"POST /anthropic/v1/messages HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+        b"Expect: 100-continue\r\n\r\n" + chunked
+    )
+    with setup.gateway(route), unix_connect(setup.sock) as sock:
+        sock.sendall(request)
+        raw = read_all(sock)
+    assert raw.startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+    response = parse_response(raw.removeprefix(b"HTTP/1.1 100 Continue\r\n\r\n"))
+    assert response.status == 200
+    assert model_server.requests[0].body == body
+    assert json_lines(setup.usage)[0]["model"] == "claude-chunked"
+
+
+def test_large_content_length_body_streams_through(setup: Setup) -> None:
+    payload = bytes(range(256)) * 8192  # 2 MiB
+    with OriginServer() as origin:
+        route = Route("/other", f"http://127.0.0.1:{origin.port}/base", "bearer", SECRET)
+        head = (
+            f"POST /other/upload?x=1 HTTP/1.1\r\nContent-Length: {len(payload)}\r\n"
+            f"x-api-key: {PLACEHOLDER}\r\nConnection: keep-alive, x-hop\r\nX-Hop: 1\r\n\r\n"
+        )
+        with setup.gateway(route):
+            response = exchange(setup.sock, head.encode() + payload)
+        [seen] = origin.seen
+    assert response.status == 200
+    assert response.body == b"origin saw POST /base/upload?x=1\n" + payload
+    assert seen.body == payload
+    assert seen.headers["authorization"] == f"Bearer {SECRET}"
+    assert "x-api-key" not in seen.headers
+    assert "x-hop" not in seen.headers  # named in Connection: hop-by-hop
+    assert seen.headers["connection"] == "close"
+    [line] = json_lines(setup.usage)
+    assert line["status"] == 200
+    assert line["input_tokens"] is None  # not a model response: nothing invented
+
+
+@pytest.mark.parametrize(
+    ("head", "status"),
+    [
+        ("POST /a/x HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+        ("POST /a/x HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
+        ("POST /a/x HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", 400),
+        ("POST /a/x HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400),
+        ("GET http://example.com/a/x HTTP/1.1\r\n\r\n", 400),
+        ("POST /a/x HTTP/1.1\r\nContent-Length: 10\r\n\r\nshort", 400),
+        # The body streams: garbage in it shows only after the upstream got the head.
+        ("POST /a/x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
+    ],
+)
+def test_bad_requests(setup: Setup, head: str, status: int) -> None:
+    streamed = "short" in head or "zz" in head
+    with OriginServer() as origin:
+        route = Route("/a", f"http://127.0.0.1:{origin.port}", "bearer", SECRET)
+        with setup.gateway(route), unix_connect(setup.sock) as sock:
+            sock.sendall(head.encode())
+            sock.shutdown(socket.SHUT_WR)
+            response = parse_response(read_all(sock))
+        if not streamed:
+            assert origin.seen == []
+    assert response.status == status
+    assert response.json()["type"] == "error"
+    assert json_lines(setup.usage)[0]["status"] == status
+
+
+# --- errors ---------------------------------------------------------------------------------------
+
+
+def test_unknown_prefix_is_404_json(setup: Setup, model_server: ModelServer) -> None:
+    route = Route("/anthropic", model_server.url, "x-api-key", SECRET)
+    with setup.gateway(route):
+        response = setup.post("/anthropicx/v1/messages", {"model": "m"})
+    assert response.status == 404
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.json()["error"]["type"] == "not_found_error"
+    assert model_server.requests == []
+    [line] = json_lines(setup.usage)
+    assert (line["route"], line["status"]) == (None, 404)
+
+
+def test_unreachable_upstream_is_502_json(setup: Setup) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # bound, not listening: connection refused
+        route = Route("/anthropic", f"http://127.0.0.1:{port}", "x-api-key", SECRET)
+        with setup.gateway(route):
+            response = setup.post("/anthropic/v1/messages", {"model": "m"})
+    assert response.status == 502
+    assert "unreachable" in response.json()["error"]["message"]
+    assert SECRET.encode() not in response.raw
+    [line] = json_lines(setup.usage)
+    assert (line["route"], line["status"]) == ("/anthropic", 502)
+
+
+def test_longest_prefix_wins(setup: Setup) -> None:
+    with OriginServer() as a, OriginServer() as b:
+        routes = (
+            Route("/x", f"http://127.0.0.1:{a.port}", "bearer", "key-a"),
+            Route("/x/y", f"http://127.0.0.1:{b.port}", "x-api-key", "key-b"),
+        )
+        with setup.gateway(*routes):
+            assert setup.post("/x/y/z", {}).body.startswith(b"origin saw POST /z\n")
+            assert setup.post("/x/z", {}).body.startswith(b"origin saw POST /z\n")
+            assert setup.post("/x", {}).body.startswith(b"origin saw POST /\n")
+        assert [r.headers.get("x-api-key") for r in b.seen] == ["key-b"]
+        assert [r.headers.get("authorization") for r in a.seen] == ["Bearer key-a"] * 2
+
+
+def test_route_validation_and_repr_hides_the_key() -> None:
+    route = Route("/anthropic", "https://api.anthropic.com", "x-api-key", SECRET)
+    assert SECRET not in repr(route)
+    assert route.target("/anthropic/v1/messages", "beta=true") == "/v1/messages?beta=true"
+    bad: list[tuple[str, str, Any, str]] = [
+        ("anthropic", "https://api.anthropic.com", "x-api-key", "k"),
+        ("/anthropic/", "https://api.anthropic.com", "x-api-key", "k"),
+        ("/a", "ftp://api.anthropic.com", "x-api-key", "k"),
+        ("/a", "https://api.anthropic.com", "basic", "k"),
+        ("/a", "https://api.anthropic.com", "bearer", ""),
+        ("/a", "https://api.anthropic.com", "bearer", "k\r\nX-Injected: 1"),
+    ]
+    for args in bad:
+        with pytest.raises(ValueError):
+            Route(*args)
+
+
+# --- HTTPS upstream ---------------------------------------------------------------------------
+
+
+def test_https_upstream_verified_with_ssl_cert_file(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl CLI to make a test certificate")
+    cert, key = setup.dir / "cert.pem", setup.dir / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost"),
+            *("-addext", "subjectAltName=DNS:localhost"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    with OriginServer(tls) as origin:
+        route = Route("/secure", f"https://localhost:{origin.port}", "bearer", SECRET)
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        with setup.gateway(route):
+            untrusted = setup.post("/secure/v1/ping", {})
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        with setup.gateway(route):
+            trusted = setup.post("/secure/v1/ping", {})
+        [seen] = origin.seen
+    assert untrusted.status == 502  # the certificate is verified...
+    assert "CERTIFICATE_VERIFY_FAILED" in untrusted.json()["error"]["message"]
+    assert trusted.status == 200  # ...against SSL_CERT_FILE
+    assert trusted.body == b"origin saw POST /v1/ping\n{}"
+    assert seen.headers["authorization"] == f"Bearer {SECRET}"
+    assert seen.headers["host"] == f"localhost:{origin.port}"

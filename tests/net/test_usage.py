@@ -1,0 +1,184 @@
+"""Usage parsing of model API bodies, and the chunked decoder the gateway frames with."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from typing import Any
+
+import pytest
+
+from sono.net.gateway import ChunkedDecoder
+from sono.net.usage import Tokens, UsageParser
+
+
+def sse(*events: dict[str, Any], named: bool = True, done: bool = False) -> bytes:
+    out = ""
+    for event in events:
+        head = f"event: {event.get('type')}\n" if named else ""
+        out += f"{head}data: {json.dumps(event)}\n\n"
+    if done:
+        out += "data: [DONE]\n\n"
+    return out.encode()
+
+
+def parse(body: bytes, content_type: str, step: int | None = None, encoding: str = "") -> Tokens:
+    parser = UsageParser(content_type, encoding)
+    step = step or len(body) or 1
+    for i in range(0, len(body), step):
+        parser.feed(body[i : i + step])
+    return parser.result()
+
+
+ANTHROPIC_SSE = sse(
+    {
+        "type": "message_start",
+        "message": {
+            "model": "claude-x",
+            "usage": {
+                "input_tokens": 10,
+                "cache_creation_input_tokens": 200,
+                "cache_read_input_tokens": 3000,
+                "output_tokens": 1,
+            },
+        },
+    },
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "é" * 9}},
+    {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 77}},
+    {"type": "message_stop"},
+)
+
+
+@pytest.mark.parametrize("step", [None, 1, 7])
+def test_anthropic_sse_any_split(step: int | None) -> None:
+    # Byte-by-byte feeding splits multi-byte UTF-8 and every line: same answer.
+    assert parse(ANTHROPIC_SSE, "text/event-stream; charset=utf-8", step) == Tokens(
+        "claude-x", 10, 77, 3000, 200
+    )
+
+
+def test_anthropic_json_and_gzip() -> None:
+    body = json.dumps(
+        {
+            "type": "message",
+            "model": "claude-y",
+            "usage": {"input_tokens": 5, "output_tokens": 6, "cache_read_input_tokens": 7},
+        }
+    ).encode()
+    expected = Tokens("claude-y", 5, 6, 7, None)
+    assert parse(body, "application/json") == expected
+    assert parse(gzip.compress(body), "application/json", 5, "gzip") == expected
+
+
+def test_openai_responses_sse_subtracts_cached_input() -> None:
+    usage = {
+        "input_tokens": 1000,
+        "input_tokens_details": {"cached_tokens": 800},
+        "output_tokens": 50,
+        "output_tokens_details": {"reasoning_tokens": 20},
+    }
+    body = sse(
+        {"type": "response.created", "response": {"model": "gpt-5", "usage": None}},
+        {"type": "response.output_text.delta", "delta": "hi"},
+        {"type": "response.completed", "response": {"model": "gpt-5", "usage": usage}},
+    )
+    assert parse(body, "text/event-stream", 3) == Tokens("gpt-5", 200, 50, 800, 0)
+
+
+def test_openai_responses_json() -> None:
+    body = {
+        "object": "response",
+        "model": "gpt-5",
+        "usage": {
+            "input_tokens": 9,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 4,
+        },
+    }
+    assert parse(json.dumps(body).encode(), "application/json") == Tokens("gpt-5", 9, 4, 0, 0)
+
+
+def test_openai_chat_stream_final_usage_chunk() -> None:
+    chunk = {"object": "chat.completion.chunk", "model": "gpt-4o", "usage": None}
+    final = {
+        "object": "chat.completion.chunk",
+        "model": "gpt-4o",
+        "choices": [],
+        "usage": {
+            "prompt_tokens": 30,
+            "completion_tokens": 12,
+            "prompt_tokens_details": {"cached_tokens": 10},
+        },
+    }
+    body = sse(chunk, chunk, final, named=False, done=True)
+    assert parse(body, "text/event-stream", 11) == Tokens("gpt-4o", 20, 12, 10, 0)
+
+
+def test_openai_chat_json() -> None:
+    body = {
+        "object": "chat.completion",
+        "model": "m",
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+    }
+    assert parse(json.dumps(body).encode(), "application/json") == Tokens("m", 3, 2, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "encoding"),
+    [
+        (b"<html>not json</html>", "text/html", ""),
+        (b'{"error": {"message": "rate limited"}}', "application/json", ""),
+        (b"data: {broken\n\ndata: [DONE]\n\n", "text/event-stream", ""),
+        (b"\x00\x01garbage", "application/json", "gzip"),
+        (b"whatever", "application/json", "br"),
+        (b"", "application/json", ""),
+    ],
+)
+def test_unreadable_bodies_give_no_usage_and_never_raise(
+    body: bytes, content_type: str, encoding: str
+) -> None:
+    assert parse(body, content_type, 3, encoding) == Tokens()
+
+
+def test_one_bad_sse_event_does_not_hide_the_rest() -> None:
+    body = b"data: {not json\n\n" + ANTHROPIC_SSE
+    assert parse(body, "text/event-stream").output_tokens == 77
+
+
+# --- ChunkedDecoder ---------------------------------------------------------------------------
+
+
+def chunked(*pieces: bytes, trailer: bytes = b"") -> bytes:
+    body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces)
+    return body + b"0\r\n" + trailer + b"\r\n"
+
+
+def test_chunked_decoder_byte_by_byte_with_extensions_trailers_and_rest() -> None:
+    wire = chunked(b"hello ", b"chunked ", b"world", trailer=b"X-Trailer: 1\r\n")
+    wire = wire.replace(b"6\r\n", b"6;name=value\r\n", 1) + b"NEXT"
+    decoder = ChunkedDecoder()
+    out = b""
+    for i in range(len(wire)):
+        if decoder.done:
+            break
+        out += decoder.feed(wire[i : i + 1])
+    assert out == b"hello chunked world"
+    assert decoder.done
+    whole = ChunkedDecoder()
+    assert whole.feed(wire) == b"hello chunked world"
+    assert whole.rest == b"NEXT"
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        b"zz\r\nabc\r\n",
+        b"3\r\nabcX\r\n",
+        b"1" * 20000,
+        b"-1\r\n",
+        b"3\r\nabc\r\n0\r\n" + b"t" * 9000,
+    ],
+)
+def test_chunked_decoder_rejects_malformed_framing(wire: bytes) -> None:
+    with pytest.raises(ValueError):
+        ChunkedDecoder().feed(wire)
