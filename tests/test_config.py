@@ -17,6 +17,7 @@ from sono.config import (
     flag_name,
     load_config,
     parse_duration,
+    parse_size,
     project_config_path,
     user_config_path,
 )
@@ -170,6 +171,23 @@ pager = "less -R"
 max_cost = 2.5
 max_tokens = 100000
 docker_base = "so-base:bookworm"
+enforce = "best-effort"
+[network]
+mode = "open"
+allow = ["github.com"]
+deny = ["10.0.0.0/8"]
+[secrets.GH]
+env = "GH_TOKEN"
+hosts = ["api.github.com"]
+[files]
+ro = ["/srv/data"]
+rw = ["/srv/scratch"]
+[limits]
+memory = "2g"
+cpus = 1.5
+pids = 256
+disk = "1g"
+total_time = "2h"
 """,
     )
     config = load(home)
@@ -307,9 +325,9 @@ def test_unknown_key_without_a_close_match_lists_known_keys(home: Path) -> None:
 
 
 def test_unknown_table_is_an_unknown_key(home: Path) -> None:
-    path = user_file(home, "[network]\nallow = []\n")
+    path = user_file(home, "[netwrk]\nallow = []\n")
     message = config_error(home)
-    assert message.startswith(f"{path}: unknown table [network]")
+    assert message.startswith(f"{path}: unknown table [netwrk]")
 
 
 def test_known_key_as_a_table_is_a_type_error(home: Path) -> None:
@@ -546,3 +564,86 @@ def test_bad_budget_is_a_clear_error(home: Path, env: dict[str, str], key: str) 
 def test_is_default(home: Path) -> None:
     config = load(home, env={"SO_EFFORT": "high"})
     assert not config.is_default("effort") and config.is_default("model")
+
+
+def test_policy_tables_sizes_and_aliases(home: Path) -> None:
+    user_file(
+        home,
+        """
+[network]
+allow = ["github.com", ".npmjs.org", "192.168.1.0/24"]
+[files]
+hide = ["*.secret"]
+[limits]
+memory = "512m"
+iteration_time = "10m"
+""",
+    )
+    config = load(home)
+    assert config.network_mode == "allowlist"  # the default: the model API only
+    assert config.network_allow == ("github.com", ".npmjs.org", "192.168.1.0/24")
+    assert config.memory == 512 * 1024 * 1024
+    assert config.exclude == ("*.secret",)  # files.hide is the exclude list
+    assert config.iteration_timeout == 600.0
+    assert config.sources["network.allow"].source.startswith("user file (")
+    assert config.sources["exclude"].source.startswith("user file (")
+
+
+def test_secrets_need_a_source_and_hosts(home: Path) -> None:
+    user_file(home, '[secrets.GH]\nenv = "GH_TOKEN"\nhosts = ["api.github.com"]\n')
+    (secret,) = load(home).secrets
+    assert (secret.name, secret.env, secret.file, secret.hosts) == (
+        "GH",
+        "GH_TOKEN",
+        None,
+        ("api.github.com",),
+    )
+    for bad in (
+        '[secrets.GH]\nenv = "GH_TOKEN"\n',  # no hosts
+        '[secrets.GH]\nenv = "A"\nfile = "/x"\nhosts = ["a.b"]\n',  # both sources
+        '[secrets.GH]\nenv = "A"\nhosts = ["not a host"]\n',
+    ):
+        user_file(home, bad)
+        assert "'secrets' must be a table of [secrets.NAME]" in config_error(home)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ('[network]\nmode = "closed"\n', "'network.mode' must be one of none, allowlist, open"),
+        ('[network]\nallow = ["http://x.org"]\n', "'network.allow' must be a list of hosts"),
+        ('[limits]\nmemory = "lots"\n', "'limits.memory' must be a size"),
+        ("[limits]\npids = 3\n", "'limits.pids' must be an integer >= 16"),
+        ('[files]\nro = ["relative/path"]\n', "'files.ro' must be a list of absolute host paths"),
+        ("[network]\nport = 1\n", "unknown key 'network.port'"),
+    ],
+)
+def test_bad_policy_is_one_clear_line(home: Path, text: str, needle: str) -> None:
+    user_file(home, text)
+    message = config_error(home)
+    assert needle in message
+    assert "\n" not in message
+
+
+def test_policy_flags_and_env(home: Path) -> None:
+    config = load_config(
+        project=None,
+        env={"SO_NETWORK_DENY": "evil.example", "SO_LIMIT_PIDS": "64"},
+        home=home,
+        flags={"network.mode": "none", "network.allow": "a.example,b.example"},
+    )
+    assert config.network_mode == "none"
+    assert config.network_allow == ("a.example", "b.example")
+    assert config.network_deny == ("evil.example",)
+    assert config.pids == 64
+    assert config.sources["network.mode"].source == "flag --network"
+    assert config.sources["limits.pids"].source == "env SO_LIMIT_PIDS"
+
+
+def test_sizes() -> None:
+    assert parse_size("4g") == 4 << 30
+    assert parse_size("1.5GiB") == int(1.5 * (1 << 30))
+    assert parse_size(1024) == 1024
+    for bad in ("", "-1g", "4 apples", True, 0):
+        with pytest.raises(ValueError):
+            parse_size(bad)

@@ -65,6 +65,18 @@ class Config:
     docker_base: str | None
     max_cost: float | None
     max_tokens: int | None
+    network_mode: str
+    network_allow: tuple[str, ...]
+    network_deny: tuple[str, ...]
+    secrets: tuple[Secret, ...]
+    files_ro: tuple[str, ...]
+    files_rw: tuple[str, ...]
+    memory: int | None
+    cpus: float | None
+    pids: int | None
+    disk: int | None
+    total_time: float | None
+    enforce: str
     sources: Mapping[str, Setting]
 
     def is_default(self, key: str) -> bool:
@@ -194,6 +206,88 @@ def _patterns(value: object) -> tuple[str, ...]:
     raise ValueError
 
 
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)i?b?\s*", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(value: object) -> int:
+    """Bytes in ``value``: an integer, or a number with k/m/g/t ("512m", "4g", "1.5GiB")."""
+    if isinstance(value, bool):
+        raise ValueError
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError
+        return value
+    if not isinstance(value, str):
+        raise ValueError
+    match = _SIZE.fullmatch(value)
+    if match is None or float(match[1]) <= 0:
+        raise ValueError
+    return int(float(match[1]) * _SIZE_UNITS[match[2].lower()])
+
+
+def _optional(parse: _Parse) -> _Parse:
+    """``parse``, or unset for None / an empty string (TOML has no null)."""
+
+    def wrapped(value: object) -> object:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        return parse(value)
+
+    return wrapped
+
+
+def _hosts(value: object) -> tuple[str, ...]:
+    """Network policy entries: a host, a ``.suffix`` or an IP/CIDR (see sono.net.policy)."""
+    from sono.net.policy import parse_entry
+
+    entries = _patterns(value) if value != [] else ()
+    for entry in entries:
+        parse_entry(entry)  # ValueError on garbage
+    return entries
+
+
+def _paths(value: object) -> tuple[str, ...]:
+    paths = _patterns(value) if value != [] else ()
+    for path in paths:
+        if not Path(path).expanduser().is_absolute():
+            raise ValueError
+    return tuple(str(Path(p).expanduser()) for p in paths)
+
+
+_SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A named value from the host (env var or file) that may be sent only to ``hosts``."""
+
+    name: str
+    env: str | None
+    file: str | None
+    hosts: tuple[str, ...]
+
+
+def _secrets(value: object) -> tuple[Secret, ...]:
+    if not isinstance(value, dict):
+        raise ValueError
+    out = []
+    for name, spec in value.items():
+        if not _SECRET_NAME.fullmatch(name) or not isinstance(spec, dict):
+            raise ValueError
+        if set(spec) - {"env", "file", "hosts"} or ("env" in spec) == ("file" in spec):
+            raise ValueError
+        source = spec.get("env", spec.get("file"))
+        if not isinstance(source, str) or not source.strip():
+            raise ValueError
+        hosts = _hosts(spec.get("hosts", []))
+        if not hosts:
+            raise ValueError
+        file = str(Path(source).expanduser()) if "file" in spec else None
+        out.append(Secret(name, source if "env" in spec else None, file, hosts))
+    return tuple(out)
+
+
 # ---------------------------------------------------------------- the key table
 
 
@@ -289,6 +383,101 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             ("SO_MAX_COST",),
         ),
         _Spec(
+            "network.mode",
+            "allowlist",
+            _choice(("none", "allowlist", "open")),
+            "one of none, allowlist, open",
+            "allowlist",
+            ("SO_NETWORK",),
+        ),
+        _Spec(
+            "network.allow",
+            (),
+            _hosts,
+            "a list of hosts, .suffixes or IP/CIDR ranges",
+            ["github.com", ".npmjs.org"],
+            ("SO_NETWORK_ALLOW",),
+        ),
+        _Spec(
+            "network.deny",
+            (),
+            _hosts,
+            "a list of hosts, .suffixes or IP/CIDR ranges",
+            ["evil.example"],
+            ("SO_NETWORK_DENY",),
+        ),
+        _Spec(
+            "secrets",
+            (),
+            _secrets,
+            'a table of [secrets.NAME] with env = "VAR" or file = "PATH", and hosts = [...]',
+            {"GH_TOKEN": {"env": "GH_TOKEN", "hosts": ["api.github.com"]}},
+        ),
+        _Spec(
+            "files.ro",
+            (),
+            _paths,
+            "a list of absolute host paths",
+            ["~/datasets"],
+            ("SO_FILES_RO",),
+        ),
+        _Spec(
+            "files.rw",
+            (),
+            _paths,
+            "a list of absolute host paths",
+            ["/srv/scratch"],
+            ("SO_FILES_RW",),
+        ),
+        _Spec(
+            "limits.memory",
+            None,
+            _optional(parse_size),
+            'a size like "4g" or "512m"',
+            "4g",
+            ("SO_LIMIT_MEMORY",),
+        ),
+        _Spec(
+            "limits.cpus",
+            None,
+            _optional_number(float),
+            "a number of CPUs > 0",
+            2,
+            ("SO_LIMIT_CPUS",),
+        ),
+        _Spec(
+            "limits.pids",
+            None,
+            _optional(_int_at_least(16)),
+            "an integer >= 16",
+            512,
+            ("SO_LIMIT_PIDS",),
+        ),
+        _Spec(
+            "limits.disk",
+            None,
+            _optional(parse_size),
+            'a size like "10g"',
+            "10g",
+            ("SO_LIMIT_DISK",),
+        ),
+        _Spec(
+            "limits.total_time",
+            None,
+            _optional(_timeout),
+            'a duration > 0, like "4h"',
+            "4h",
+            ("SO_LIMIT_TOTAL_TIME",),
+        ),
+        _Spec(
+            "enforce",
+            "strict",
+            _choice(("strict", "best-effort")),
+            "one of strict, best-effort",
+            "strict",
+            ("SO_ENFORCE",),
+        ),
+        _Spec(
             "max_tokens",
             None,
             _optional_number(int),
@@ -344,10 +533,26 @@ def load_config(
     return _build(settings)
 
 
+# Tables whose keys are settings of their own (``[network] mode = ...`` is ``network.mode``).
+TABLES = ("network", "files", "limits")
+# Other names for a setting: the policy's vocabulary next to the seed's.
+ALIASES = {"files.hide": "exclude", "limits.iteration_time": "iteration_timeout"}
+
+
+def _flatten(data: Mapping[str, object]) -> list[tuple[str, object]]:
+    items: list[tuple[str, object]] = []
+    for key, raw in data.items():
+        if key in TABLES and isinstance(raw, dict):
+            items += [(f"{key}.{sub}", value) for sub, value in raw.items()]
+        else:
+            items.append((key, raw))
+    return [(ALIASES.get(key, key), raw) for key, raw in items]
+
+
 def _file_layer(path: Path, label: str, specs: Mapping[str, _Spec]) -> dict[str, Setting]:
     source = f"{label} ({path})"
     layer = {}
-    for key, raw in _read_toml(path).items():
+    for key, raw in _flatten(_read_toml(path)):
         spec = specs.get(key)
         if spec is None:
             raise _fail(_unknown_key(path, key, raw, specs))
@@ -385,9 +590,19 @@ def _flag_layer(flags: Mapping[str, object], specs: Mapping[str, _Spec]) -> dict
     return layer
 
 
+FLAGS = {
+    "network.mode": "--network",
+    "network.allow": "--allow",
+    "network.deny": "--deny",
+    "limits.memory": "--memory",
+    "limits.cpus": "--cpus",
+    "limits.pids": "--pids",
+}
+
+
 def flag_name(key: str) -> str:
     """The long flag for a key: ``iteration_timeout`` -> ``--iteration-timeout``."""
-    return "--" + key.replace("_", "-")
+    return FLAGS.get(key, "--" + key.replace("_", "-"))
 
 
 def _check(spec: _Spec, raw: object, *, where: str, got: bool, fix: str) -> object:
@@ -408,6 +623,9 @@ def _build(settings: Mapping[str, Setting]) -> Config:
     def opt(key: str) -> str | None:
         return None if settings[key].value is None else get(key, str)
 
+    def maybe(key: str, kind: type[_T]) -> _T | None:
+        return None if settings[key].value is None else get(key, kind)
+
     return Config(
         harness=get("harness", str),
         iterations=get("iterations", int),
@@ -425,6 +643,18 @@ def _build(settings: Mapping[str, Setting]) -> Config:
         docker_base=opt("docker_base"),
         max_cost=None if settings["max_cost"].value is None else get("max_cost", float),
         max_tokens=None if settings["max_tokens"].value is None else get("max_tokens", int),
+        network_mode=get("network.mode", str),
+        network_allow=get("network.allow", tuple),
+        network_deny=get("network.deny", tuple),
+        secrets=get("secrets", tuple),
+        files_ro=get("files.ro", tuple),
+        files_rw=get("files.rw", tuple),
+        memory=maybe("limits.memory", int),
+        cpus=maybe("limits.cpus", float),
+        pids=maybe("limits.pids", int),
+        disk=maybe("limits.disk", int),
+        total_time=maybe("limits.total_time", float),
+        enforce=get("enforce", str),
         sources=MappingProxyType(dict(settings)),
     )
 

@@ -97,6 +97,24 @@ def _global_flags(parser: argparse.ArgumentParser) -> None:
         default=s,
         help="per-iteration timeout, e.g. 30m (default 30m)",
     )
+    parser.add_argument(
+        "--network",
+        default=s,
+        help="egress policy: allowlist (default: the model API only), none, open",
+    )
+    parser.add_argument(
+        "--allow",
+        action="append",
+        default=s,
+        metavar="HOST",
+        help="also allow HOST (host, .suffix or CIDR; repeatable)",
+    )
+    parser.add_argument(
+        "--deny", action="append", default=s, metavar="HOST", help="deny HOST (wins over allow)"
+    )
+    parser.add_argument("--memory", default=s, help="memory limit per sandbox, e.g. 4g")
+    parser.add_argument("--cpus", default=s, help="CPU limit per sandbox, e.g. 2")
+    parser.add_argument("--pids", default=s, help="process limit per sandbox, e.g. 512")
     parser.add_argument("-v", "--verbose", action="store_true", default=s, help="log every command")
     parser.add_argument(
         "-y", "--yes", action="store_true", default=s, help="never prompt (CI, scripts)"

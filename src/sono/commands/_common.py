@@ -38,6 +38,15 @@ FLAG_KEYS = (
     "max_cost",
     "max_tokens",
 )
+# argparse dest → config key, for flags of dotted (table) keys.
+FLAG_DESTS = {
+    "network": "network.mode",
+    "allow": "network.allow",
+    "deny": "network.deny",
+    "memory": "limits.memory",
+    "cpus": "limits.cpus",
+    "pids": "limits.pids",
+}
 
 
 def environ() -> Mapping[str, str]:
@@ -49,7 +58,12 @@ def store() -> Store:
 
 
 def flags(args: argparse.Namespace) -> dict[str, object]:
-    return {k: getattr(args, k) for k in FLAG_KEYS if getattr(args, k, None) is not None}
+    found = {k: getattr(args, k) for k in FLAG_KEYS if getattr(args, k, None) is not None}
+    for dest, key in FLAG_DESTS.items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            found[key] = ",".join(value) if isinstance(value, list) else value
+    return found
 
 
 def config(args: argparse.Namespace, project: Path | None) -> Config:
