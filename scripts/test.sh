@@ -30,7 +30,8 @@ if [ "$(id -u)" = 0 ]; then
     (dockerd >/tmp/so-dockerd.log 2>&1 &)
     for _ in $(seq 60); do ping_docker && break; sleep 1; done
   fi
-  if ping_docker && ! .venv/bin/so image list | grep -q '^so-base:bookworm '; then
+  # The offline base; rebuilt when it predates python3 (the network forwarder needs it).
+  if ping_docker && ! docker run --rm --network none so-base:bookworm python3 -c pass >/dev/null 2>&1; then
     .venv/bin/so image bootstrap
   fi
 fi

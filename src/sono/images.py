@@ -26,7 +26,17 @@ BOOTSTRAP_REPO = "so-base"
 DEFAULT_SUITE = "bookworm"
 FALLBACK_BASE = "debian:bookworm-slim"
 LABEL = "so.image"
-BOOTSTRAP_PACKAGES = ("ca-certificates", "git", "jq", "ripgrep", "nodejs", "procps", "bash", "less")
+BOOTSTRAP_PACKAGES = (
+    "ca-certificates",
+    "git",
+    "jq",
+    "ripgrep",
+    "nodejs",
+    "procps",
+    "bash",
+    "less",
+    "python3-minimal",  # runs so's network forwarder (sono/net/forward.py) inside
+)
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 Progress = Callable[[str], None]

@@ -12,6 +12,7 @@ from typing import IO, Any, Protocol
 from sono import specs
 from sono.events import Event, Raw, Usage, dumps
 from sono.harnesses.base import AgentOptions, EventParser, Harness
+from sono.net.session import NetSession, Offsets
 from sono.sandbox import Sandbox
 from sono.state import BLOCKED, DONE, FAILED, RUNNING, STOPPED, IterationRecord, now_iso
 
@@ -139,6 +140,7 @@ class Loop:
         env: dict[str, str],
         step_hook: StepHook | None = None,
         host_home: Path | None = None,
+        net: NetSession | None = None,
     ) -> None:
         self.sb = sandbox
         self.harness = harness
@@ -150,6 +152,7 @@ class Loop:
         self.host_home = host_home or Path.home()
         self._tally = Tally()
         self._next_prompt: str | None = None
+        self.net = net
 
     def planned_iterations(self) -> int:
         if not self.opts.cap_by_plan or self.opts.prompt is not None:
@@ -218,6 +221,7 @@ class Loop:
             self.reporter.note(f"the host changed under the sandbox: {drift.summary()}")
         head, recent = self.sb.git.before(self.sb.record.base_ref)
         start = _Start(head, now_iso(), time.monotonic())
+        net_start = self.net.offsets() if self.net else None
         self._tally = Tally()
         prompt = self.prompt(i, planned, recent)
         try:
@@ -245,10 +249,32 @@ class Loop:
             commit_retries=retries,
             auto_committed=auto,
             events=events,
+            **self._network(n, net_start),
         )
         self.sb.save(last_error=self._agent_error(rec))
         self.reporter.iteration_ended(rec, planned)
         return rec
+
+    def _network(self, n: int, start: Offsets | None) -> dict[str, Any]:
+        """The iteration's network record; the gateway's token counts stand in for a
+        harness that reports none (so --max-tokens holds for every agent)."""
+        if self.net is None or start is None:
+            return {}
+        log = self.net.since(start)
+        if log.denied:
+            shown = ", ".join(sorted({f"{d.get('host')}:{d.get('port')}" for d in log.denied}))
+            self.reporter.note(
+                f"iteration {n}: the network policy denied {len(log.denied)} "
+                f"attempt(s): {shown[:200]}"
+            )
+        if not (self._tally.tokens_in or self._tally.tokens_out):
+            self._tally.tokens_in, self._tally.tokens_out = log.tokens_in, log.tokens_out
+        return {
+            "net_denied": tuple(log.denied),
+            "gateway_requests": len(log.requests),
+            "gateway_tokens_in": log.tokens_in,
+            "gateway_tokens_out": log.tokens_out,
+        }
 
     def _enforce_commit(self, n: int, i: int) -> tuple[int, bool]:
         """Re-prompt the agent to commit a dirty tree; commit what is still left."""

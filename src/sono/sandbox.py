@@ -10,8 +10,9 @@ from pathlib import Path
 
 from sono import overlay
 from sono.backends import BackendSettings, get_backend
-from sono.backends.base import Backend, Mount, SandboxSpec
+from sono.backends.base import Backend, Mount, NetSpec, SandboxSpec
 from sono.errors import SoError
+from sono.net.session import forwarder_path
 from sono.overlay import Drift, Overlay
 from sono.state import CREATED, SandboxRecord, Store, now_iso
 from sono.workspace import (
@@ -72,8 +73,15 @@ class Sandbox:
         return ov.gitdir if ov else self.work / ".git"
 
     @property
+    def net_dir(self) -> Path:
+        return self.dir / "net"
+
+    @property
     def spec(self) -> SandboxSpec:
         mounts = tuple(Mount(Path(src), dest) for src, dest in self.record.mounts)
+        net = None
+        if self.record.network == "policy":
+            net = NetSpec(self.net_dir / "sock", forwarder_path())
         return SandboxSpec(
             id=self.record.id,
             workspace=self.work,
@@ -81,6 +89,7 @@ class Sandbox:
             mounts=mounts,
             project=Path(self.record.project),
             overlay=self.overlay,
+            net=net,
         )
 
     def describe_workspace(self) -> str:
@@ -243,8 +252,10 @@ def create_sandbox(
             agent_cmd=agent_cmd,
             mounts=tuple(dict.fromkeys(all_mounts)),
             workspace_mode=mode,
+            network="policy",
         )
         sandbox = Sandbox(store.save(record), store, backend)
+        (sandbox.net_dir / "sock").mkdir(parents=True)
         backend.create(spec=sandbox.spec)
         return sandbox
 

@@ -95,6 +95,7 @@ class SandboxRecord:
     updated: str = field(default_factory=now_iso)
     mounts: tuple[tuple[str, str], ...] = ()  # extra read-only (src, dest) mounts
     workspace_mode: str = "copy"  # "overlay": copy-on-write over the project
+    network: str = "host"  # "policy": no network but so's proxy and model gateway
     drift: tuple[str, ...] = ()  # host paths that changed under the overlay (reported)
 
     @property
@@ -160,10 +161,17 @@ class IterationRecord:
     tokens_out: int = 0
     tokens_cached: int = 0
     cost_usd: float | None = None
+    # The network: attempts the policy denied ({time, host, port, reason}) and what the
+    # model gateway saw (requests, tokens) in this iteration.
+    net_denied: tuple[dict[str, Any], ...] = ()
+    gateway_requests: int = 0
+    gateway_tokens_in: int = 0
+    gateway_tokens_out: int = 0
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["commits"] = list(self.commits)
+        data["net_denied"] = list(self.net_denied)
         return data
 
 

@@ -22,6 +22,7 @@ import pytest
 from rich.console import Console
 from textual.app import App
 from textual.pilot import Pilot
+from textual.widgets import DataTable
 from textual.worker import WorkerState
 
 from fakes import HostBackend, fake_sandbox
@@ -31,7 +32,7 @@ from sono.backends.base import SandboxSpec
 from sono.sandbox import Sandbox
 from sono.state import DONE, FAILED, STOPPED, Store
 from sono.ui import tui_data
-from sono.ui.tui import MainScreen, ReviewApp, Services
+from sono.ui.tui import PENDING_STAT, MainScreen, ReviewApp, Services
 from sono.ui.tui_screens import (
     ConfirmScreen,
     DiffScreen,
@@ -119,16 +120,32 @@ TWO_ITERATIONS = ({"a.txt": "one\n"}, {"c.txt": "new\n"})
 
 
 async def settle(pilot: Pilot[None]) -> None:
-    """Until no worker (git in a thread) is left and its results are on screen."""
+    """Until no worker (git in a thread) is left and its results are on screen — diff
+    stats included (a loaded machine may still be computing them)."""
     for _ in range(100):
         await pilot.pause()
         busy = [
             w for w in pilot.app.workers if w.state in (WorkerState.PENDING, WorkerState.RUNNING)
         ]
-        if not busy:
+        if not busy and not stats_pending(pilot.app):
             break
-        await pilot.app.workers.wait_for_complete(busy)
+        if busy:
+            await pilot.app.workers.wait_for_complete(busy)
+        else:
+            await asyncio.sleep(0.05)
     await pilot.pause()
+
+
+def stats_pending(app: App[None]) -> bool:
+    main = next((s for s in app.screen_stack if isinstance(s, MainScreen)), None)
+    if main is None:
+        return False
+    table = main.query_one(DataTable)
+    return any(
+        str(table.get_cell(key, "diff")) == PENDING_STAT
+        for key in table.rows
+        if key.value in main.records
+    )
 
 
 def drive(

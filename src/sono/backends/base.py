@@ -26,6 +26,15 @@ class Mount:
 
 
 @dataclass(frozen=True)
+class NetSpec:
+    """The sandbox's only way out: host-side servers on Unix sockets in ``socket_dir``,
+    bound at ``/run/so/net``, exposed on loopback inside by the ``forwarder`` script."""
+
+    socket_dir: Path
+    forwarder: Path
+
+
+@dataclass(frozen=True)
 class SandboxSpec:
     """Everything a backend needs to build one sandbox; pure data."""
 
@@ -41,6 +50,7 @@ class SandboxSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     project: Path | None = None  # the host project (trusted files like .so/Dockerfile)
     overlay: Overlay | None = None  # copy-on-write workspace; ``workspace`` is unused then
+    net: NetSpec | None = None  # None: the host's network (sandboxes made before the policy)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +23,7 @@ from typing import ClassVar
 from sono import proc
 from sono.backends.base import Health, SandboxSpec
 from sono.errors import SoError
+from sono.net.session import FORWARDER_INSIDE, INSIDE_DIR, forwarder_argv, proxy_env
 from sono.overlay import remove_tree, static_obstacle
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
@@ -54,14 +56,24 @@ ETC_FILES = (
 )
 HOME_SEED_DEST = "/run/so/home-seed"
 MIN_VERSION = (0, 11, 0)
-# Copies the credential seed into the fresh tmpfs HOME, then becomes the real command.
-INIT = 'cp -a "$SO_HOME_SEED"/. "$HOME"/ 2>/dev/null; unset SO_HOME_SEED; exec "$@"'
+# Copies the credential seed into the fresh tmpfs HOME, starts the network forwarder when
+# asked (agent runs and shells; so's own git commands need no network), then becomes the
+# real command.
+INIT = (
+    'cp -a "$SO_HOME_SEED"/. "$HOME"/ 2>/dev/null; unset SO_HOME_SEED; '
+    'if [ -n "$SO_FORWARD" ]; then '
+    "$SO_FORWARD --ready /tmp/.so-net-ready </dev/null >/dev/null 2>&1 & "
+    "i=0; while [ ! -e /tmp/.so-net-ready ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; "
+    "fi; unset SO_FORWARD; "
+    'exec "$@"'
+)
 
 
 @dataclass(frozen=True)
 class BwrapOptions:
     bwrap: str
     new_session: bool = True  # setsid: no terminal injection (TIOCSTI); off for shells
+    forward: bool = False  # start the network forwarder (agents and shells)
     hostname: str = "so"
 
 
@@ -117,6 +129,8 @@ def bwrap_argv(
     ]
     if opts.new_session:
         args.append("--new-session")
+    if spec.net is not None:
+        args.append("--unshare-net")  # loopback only: the forwarder is the way out
     args += _system_dirs(host_root)
     for name in ETC_FILES:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
@@ -144,9 +158,15 @@ def bwrap_argv(
     args += workspace_args(spec)
     for mount in spec.mounts:
         args += ["--bind" if mount.writable else "--ro-bind", str(mount.src), mount.dest]
+    if spec.net is not None:
+        args += ["--bind", str(spec.net.socket_dir), INSIDE_DIR]
+        args += ["--ro-bind", str(spec.net.forwarder), FORWARDER_INSIDE]
     # Nothing outside the mounts above is writable, not even the sandbox's own root.
     args += ["--remount-ro", "/", "--chdir", spec.mount_point, "--clearenv"]
     full_env = {**base_env(spec), **env, "SO_HOME_SEED": HOME_SEED_DEST}
+    if spec.net is not None and opts.forward:
+        full_env["SO_FORWARD"] = shlex.join(forwarder_argv())
+        full_env |= proxy_env()
     for key in sorted(full_env):
         args += ["--setenv", key, full_env[key]]
     return [*args, "--", "/bin/sh", "-c", INIT, "so-init", *argv]
@@ -227,10 +247,13 @@ class BwrapBackend:
         env: Mapping[str, str],
         *,
         new_session: bool = True,
+        forward: bool = False,
     ) -> list[str]:
         if not self._etc_dir(spec).is_dir():
             self.create(spec=spec)
-        opts = BwrapOptions(self.binary(), new_session=new_session, hostname=f"so-{spec.id}")
+        opts = BwrapOptions(
+            self.binary(), new_session=new_session, hostname=f"so-{spec.id}", forward=forward
+        )
         return bwrap_argv(spec, argv, env, opts, etc_dir=self._etc_dir(spec))
 
     def exec(
@@ -244,7 +267,10 @@ class BwrapBackend:
         on_line: Callable[[str], None],
     ) -> proc.Streamed:
         return proc.stream(
-            self._argv(spec, argv, env), on_line=on_line, stdin_text=stdin_text, timeout=timeout
+            self._argv(spec, argv, env, forward=True),
+            on_line=on_line,
+            stdin_text=stdin_text,
+            timeout=timeout,
         )
 
     def run(
@@ -260,7 +286,7 @@ class BwrapBackend:
     def shell(self, *, spec: SandboxSpec, argv: Sequence[str] = ()) -> int:
         env = {"TERM": os.environ.get("TERM", "xterm"), "PS1": f"(so:{spec.id}) \\w\\$ "}
         command = list(argv) or ["/bin/bash", "--norc", "-i"]
-        return proc.interactive(self._argv(spec, command, env, new_session=False))
+        return proc.interactive(self._argv(spec, command, env, new_session=False, forward=True))
 
     def destroy(self, *, spec: SandboxSpec) -> None:
         """Nothing to tear down: bwrap holds no state between execs."""

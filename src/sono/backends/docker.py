@@ -25,11 +25,13 @@ from sono import proc
 from sono.backends.base import Health, SandboxSpec
 from sono.errors import SoError
 from sono.images import Images, RunnerSpec, agent_ids
+from sono.net.session import FORWARDER_INSIDE, INSIDE_DIR, forwarder_argv, proxy_env
 from sono.overlay import static_obstacle
 
 LABEL = "so.sandbox"
 MOUNTS_LABEL = "so.mounts"
 PROMPT_PATH = "/tmp/so-prompt"
+FORWARDER_READY = "/run/so-forward.ready"
 PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 Progress = Callable[[str], None]
 
@@ -44,6 +46,8 @@ def volume_name(sandbox_id: str) -> str:
 
 def mounts_key(spec: SandboxSpec, image: str) -> str:
     where = spec.overlay.mount_options() if spec.overlay else str(spec.workspace)
+    if spec.net is not None:
+        where += f"\nnet:{spec.net.socket_dir}:{spec.net.forwarder}"
     text = "\n".join([image, where, *(f"{m.src}:{m.dest}:{m.writable}" for m in spec.mounts)])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -63,6 +67,7 @@ def container_config(spec: SandboxSpec, image: str, *, gpus: bool) -> dict[str, 
                 target=spec.mount_point,
                 source=volume_name(spec.id),
                 type="volume",
+                no_copy=True,  # never copy the image's /workspace into the project
                 driver_config=DriverConfig("local", options),
             ),
             Mount(target=f"{spec.mount_point}/.git", source=str(ov.gitdir), type="bind"),
@@ -71,6 +76,16 @@ def container_config(spec: SandboxSpec, image: str, *, gpus: bool) -> dict[str, 
         Mount(target=m.dest, source=str(m.src), type="bind", read_only=not m.writable)
         for m in spec.mounts
     ]
+    if spec.net is not None:
+        mounts += [
+            Mount(target=INSIDE_DIR, source=str(spec.net.socket_dir), type="bind"),
+            Mount(
+                target=FORWARDER_INSIDE,
+                source=str(spec.net.forwarder),
+                type="bind",
+                read_only=True,
+            ),
+        ]
     config: dict[str, Any] = {
         "image": image,
         "name": container_name(spec.id),
@@ -79,7 +94,9 @@ def container_config(spec: SandboxSpec, image: str, *, gpus: bool) -> dict[str, 
         "mounts": mounts,
         "working_dir": spec.mount_point,
         "hostname": f"so-{spec.id}",
-        "network_mode": "host",  # host network, as bwrap, until the network-policy release
+        # No network but loopback: so's proxy and gateway through the forwarder. Sandboxes
+        # made before the network policy keep the host's network.
+        "network_mode": "none" if spec.net is not None else "host",
         "init": True,  # reap the zombies agents leave behind
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges"],
@@ -91,6 +108,7 @@ def container_config(spec: SandboxSpec, image: str, *, gpus: bool) -> dict[str, 
 
 
 def exec_env(spec: SandboxSpec, env: Mapping[str, str]) -> dict[str, str]:
+    net = proxy_env() if spec.net is not None else {}
     return {
         "HOME": "/home/agent",
         "USER": "agent",
@@ -101,6 +119,7 @@ def exec_env(spec: SandboxSpec, env: Mapping[str, str]) -> dict[str, str]:
         "SO_SANDBOX_ID": spec.id,
         **spec.env,
         **env,
+        **net,
     }
 
 
@@ -207,10 +226,26 @@ class DockerBackend:
             container = self.client().containers.create(**config)
             container.start()
             self._seed_home(container, spec)
+            self._start_forwarder(container, spec)
         elif container.status != "running":
             container.start()
+            self._start_forwarder(container, spec)
         self._live[spec.id] = container
         return container
+
+    def _start_forwarder(self, container: Any, spec: SandboxSpec) -> None:
+        """One forwarder per container, as root: the agent's pkill on a timeout (and the
+        agent itself) cannot take the sandbox's way out down with it."""
+        if spec.net is None:
+            return
+        argv = [*forwarder_argv(), "--ready", FORWARDER_READY]
+        container.exec_run(["rm", "-f", FORWARDER_READY], user="0:0")
+        container.exec_run(argv, user="0:0", detach=True)
+        for _ in range(300):
+            if container.exec_run(["test", "-e", FORWARDER_READY], user="0:0").exit_code == 0:
+                return
+            time.sleep(0.02)
+        raise SoError(f"the network forwarder did not start in container {container.name}")
 
     def _exec_create(self, spec: SandboxSpec, command: list[str], **kwargs: Any) -> str:
         """``exec_create`` on the live container, recreating it once if it went away."""
@@ -403,6 +438,7 @@ class DockerBackend:
         container = self._container(spec)
         container.stop(timeout=2)
         container.start()
+        self._start_forwarder(container, spec)
 
     def overlay_owner(self) -> tuple[int, int] | None:
         if (os.getuid(), os.getgid()) == (self.uid, self.gid):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from sono.errors import SoError
 from sono.harnesses import HARNESSES, get_harness
 from sono.harnesses.base import AgentOptions, Harness
 from sono.loop import Loop, LoopOptions, LoopResult, Reporter, StepHook
+from sono.net.session import NetSession
 from sono.sandbox import Sandbox
 from sono.state import Store, agents_dir, so_home
 from sono.ui.reporter import JsonReporter, PlainReporter
@@ -228,26 +230,69 @@ def run_loop(
         max_cost=cfg.max_cost,
         max_tokens=cfg.max_tokens,
     )
-    env = {**agent.harness.env(environ(), agent.options), **(env_overrides or {})}
-    loop = Loop(
-        sandbox,
-        harness=agent.harness,
-        agent=agent.options,
-        opts=opts,
-        reporter=reporter or default_reporter(args),
-        env=env,
-        step_hook=step_hook,
-    )
-    try:
-        return loop.run()
-    except KeyboardInterrupt:
-        sid = sandbox.record.id
-        print(
-            f"so: interrupted; sandbox {sid} kept. Continue with: so continue {sid} -i "
-            f"{cfg.iterations}  (or review: so diff {sid})",
-            file=sys.stderr,
+    with network(sandbox, agent, cfg) as (net, netted, host_env):
+        env = {**netted.harness.env(host_env, netted.options), **(env_overrides or {})}
+        loop = Loop(
+            sandbox,
+            harness=netted.harness,
+            agent=netted.options,
+            opts=opts,
+            reporter=reporter or default_reporter(args),
+            env=env,
+            step_hook=step_hook,
+            net=net,
         )
-        return None
+        try:
+            return loop.run()
+        except KeyboardInterrupt:
+            pass
+    sid = sandbox.record.id
+    print(
+        f"so: interrupted; sandbox {sid} kept. Continue with: so continue {sid} -i "
+        f"{cfg.iterations}  (or review: so diff {sid})",
+        file=sys.stderr,
+    )
+    return None
+
+
+@contextlib.contextmanager
+def serving(sandbox: Sandbox, cfg: Config | None = None) -> Iterator[NetSession | None]:
+    """The sandbox's proxy and gateway for an interactive shell (the project's policy)."""
+    if sandbox.spec.net is None:
+        yield None
+        return
+    from sono.net.session import session_for
+
+    if cfg is None:
+        cfg = load_config(
+            project=Path(sandbox.record.project),
+            env=environ(),
+            home=Path.home(),
+            flags={},
+            harness_choices=list(HARNESSES),
+        )
+    session, _ = session_for(sandbox.net_dir, cfg, environ())
+    with session:
+        yield session
+
+
+@contextlib.contextmanager
+def network(
+    sandbox: Sandbox, agent: Agent, cfg: Config, host_env: Mapping[str, str] | None = None
+) -> Iterator[tuple[NetSession | None, Agent, Mapping[str, str]]]:
+    """Serve the sandbox's proxy and model gateway while the block runs; yield the agent
+    pointed at the gateway and the host env it may see (keys replaced by placeholders).
+    Sandboxes made before the network policy keep the host's network."""
+    env = environ() if host_env is None else host_env
+    if sandbox.spec.net is None:
+        yield None, agent, env
+        return
+    from sono.net.session import session_for
+
+    session, gatewayed = session_for(sandbox.net_dir, cfg, env)
+    options = dataclasses.replace(agent.options, endpoints=gatewayed.endpoints)
+    with session:
+        yield session, dataclasses.replace(agent, options=options), gatewayed.env
 
 
 def summarize(args: argparse.Namespace, sandbox: Sandbox, result: LoopResult) -> None:

@@ -151,23 +151,25 @@ def run(args: argparse.Namespace) -> int:
             f"so demo: sandbox {sandbox.record.id} ({backend.name})",
             file=sys.stderr,
         )
-        env = {
-            "ANTHROPIC_BASE_URL": server.url,
-            "ANTHROPIC_API_KEY": "sk-so-demo-placeholder",
-            "DISABLE_AUTOUPDATER": "1",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        }
-        opts = LoopOptions(iterations=3, timeout_s=300, no_progress_limit=2)
-        loop = Loop(
-            sandbox,
-            harness=agent.harness,
-            agent=agent.options,
-            opts=opts,
-            reporter=PlainReporter(),
-            env=env,
-            host_home=fake_home,
-        )
-        result = loop.run()
+        model_env = {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-so-demo-key"}
+        with c.network(sandbox, agent, cfg, model_env) as (net, netted, host_env):
+            env = {
+                **{k: v for k, v in host_env.items() if k.startswith("ANTHROPIC_")},
+                "DISABLE_AUTOUPDATER": "1",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            }
+            opts = LoopOptions(iterations=3, timeout_s=300, no_progress_limit=2)
+            loop = Loop(
+                sandbox,
+                harness=netted.harness,
+                agent=netted.options,
+                opts=opts,
+                reporter=PlainReporter(),
+                env=env,
+                host_home=fake_home,
+                net=net,
+            )
+            result = loop.run()
     return report(sandbox, result, repo, label)
 
 

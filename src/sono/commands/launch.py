@@ -9,9 +9,19 @@ from pathlib import Path
 
 from sono import specs
 from sono.commands import _common as c
+from sono.config import Config
 from sono.errors import SoError
 from sono.sandbox import Sandbox, create_sandbox
 from sono.workspace import inspect_host, require_clean
+
+
+def network_line(cfg: Config) -> str:
+    if cfg.network_mode == "none":
+        return "none (the model gateway only)"
+    allowed = ", ".join(cfg.network_allow) or "nothing else"
+    if cfg.network_mode == "open":
+        return "open through so's proxy (private ranges and deny list blocked)"
+    return f"model gateway + {allowed}"
 
 
 def launch(
@@ -64,7 +74,7 @@ def launch(
             f"so: sandbox {sandbox.record.id} · {backend.name} ({chosen.why}) · "
             f"agent {agent.description}\n"
             f"    {sandbox.describe_workspace()} (branch {sandbox.record.branch}); "
-            "network: host (not yet restricted)",
+            f"network: {network_line(cfg)}",
             file=sys.stderr,
         )
     result = c.run_loop(args, sandbox, agent, cfg, prompt=prompt, step_hook=hook)

@@ -12,7 +12,7 @@ from sono.commands import _common as c
 from sono.commands.list import table
 from sono.errors import SoError
 from sono.review import merge, reset, show_diff
-from sono.sandbox import open_sandbox, remove_sandbox
+from sono.sandbox import Sandbox, open_sandbox, remove_sandbox
 from sono.state import SandboxRecord
 
 ACTIONS = "[d]iff  [s]hell  [r]eset  [c]ontinue  [m]erge  [x] delete  [q]uit"
@@ -84,7 +84,7 @@ def _sandbox_keys(args: argparse.Namespace, sandbox_id: str) -> None:
             if key == "d":
                 show_diff(sandbox, iteration=None, stat=False)
             elif key == "s":
-                sandbox.backend.shell(spec=sandbox.spec)
+                _shell(sandbox)
             elif key == "r":
                 rev = input("reset to (iter-N, base or commit): ").strip()
                 if rev and c.confirm(args, f"reset {rec.id} to {rev}?"):
@@ -109,3 +109,8 @@ def _continue(args: argparse.Namespace, sandbox_id: str, count: str) -> None:
         return
     ns = argparse.Namespace(**{**vars(args), "id": sandbox_id, "iterations": int(count)})
     importlib.import_module("sono.commands.continue").run(ns)
+
+
+def _shell(sandbox: Sandbox) -> int:
+    with c.serving(sandbox):
+        return sandbox.backend.shell(spec=sandbox.spec)

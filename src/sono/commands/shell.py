@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from sono.commands import _common as c
 from sono.sandbox import open_sandbox
@@ -11,4 +12,6 @@ from sono.sandbox import open_sandbox
 def run(args: argparse.Namespace) -> int:
     sandbox = open_sandbox(c.store(), args.id)
     command = [a for a in args.cmd if a != "--"] if args.cmd and args.cmd[0] == "--" else args.cmd
-    return sandbox.backend.shell(spec=sandbox.spec, argv=command)
+    cfg = c.config(args, Path(sandbox.record.project))
+    with c.serving(sandbox, cfg):
+        return sandbox.backend.shell(spec=sandbox.spec, argv=command)

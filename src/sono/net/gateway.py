@@ -61,9 +61,12 @@ from sono.net.proxy import (
 )
 from sono.net.usage import UsageParser
 
-AuthStyle = Literal["x-api-key", "bearer"]
-AUTH_STYLES: tuple[AuthStyle, ...] = ("x-api-key", "bearer")
+# "passthrough": the host holds no key for this route (e.g. an OAuth login whose token
+# the agent's own credential file carries); the client's auth headers are forwarded.
+AuthStyle = Literal["x-api-key", "bearer", "passthrough"]
+AUTH_STYLES: tuple[AuthStyle, ...] = ("x-api-key", "bearer", "passthrough")
 CREDENTIAL_HEADERS = frozenset({"x-api-key", "authorization", "proxy-authorization", "api-key"})
+PASSTHROUGH_AUTH = frozenset({"x-api-key", "authorization"})
 CONNECT_TIMEOUT_S = 30.0
 UPSTREAM_IDLE_S = 900.0  # a non-streaming answer may take minutes before its first byte
 CLIENT_IDLE_S = 300.0
@@ -92,7 +95,10 @@ class Route:
             raise ValueError(f"route upstream must be an http(s) base URL, not {self.upstream!r}")
         if self.auth not in AUTH_STYLES:
             raise ValueError(f"route auth must be one of {', '.join(AUTH_STYLES)}")
-        if not self.key or any(c in self.key for c in "\r\n\0"):
+        if self.auth == "passthrough":
+            if self.key:
+                raise ValueError(f"route {self.prefix}: a passthrough route holds no key")
+        elif not self.key or any(c in self.key for c in "\r\n\0"):
             raise ValueError(f"route {self.prefix}: the API key is empty or malformed")
 
     def matches(self, path: str) -> bool:
@@ -104,10 +110,12 @@ class Route:
         target = base + path[len(self.prefix) :]
         return (target or "/") + (f"?{query}" if query else "")
 
-    def auth_header(self) -> tuple[str, str]:
+    def auth_headers(self, incoming: Head) -> list[tuple[str, str]]:
+        if self.auth == "passthrough":
+            return [(k, v) for k, v in incoming.headers if k.lower() in PASSTHROUGH_AUTH]
         if self.auth == "bearer":
-            return ("Authorization", f"Bearer {self.key}")
-        return ("x-api-key", self.key)
+            return [("Authorization", f"Bearer {self.key}")]
+        return [("x-api-key", self.key)]
 
 
 def default_ssl_context() -> ssl.SSLContext:
@@ -318,7 +326,7 @@ class Gateway:
                     [
                         ("Host", urlsplit(route.upstream).netloc),
                         *_forwardable(head),
-                        route.auth_header(),
+                        *route.auth_headers(head),
                         ("Accept-Encoding", "identity"),
                         *framing,
                         ("Connection", "close"),

@@ -260,7 +260,7 @@ class MainScreen(Screen[None]):
             return
         try:
             with self.app.suspend():
-                sandbox.backend.shell(spec=sandbox.spec)
+                _shell(sandbox)
         except SuspendNotSupported:
             show_error(
                 self.app,
@@ -426,3 +426,10 @@ class ReviewApp(App[None]):
 def run_app(args: argparse.Namespace, focus: str | None = None) -> int:
     ReviewApp(Services.default(args), focus=focus).run()
     return 0
+
+
+def _shell(sandbox: Sandbox) -> int:
+    from sono.commands._common import serving
+
+    with serving(sandbox):
+        return sandbox.backend.shell(spec=sandbox.spec)

@@ -1,0 +1,243 @@
+"""One sandbox's network for the length of a run.
+
+The sandbox has no network interface but loopback. Two host-side servers listen on Unix
+sockets in ``$SO_HOME/sandboxes/<id>/net/sock/``, a directory bound into the sandbox at
+``/run/so/net``; a small forwarder inside (:mod:`sono.net.forward`) exposes them as
+
+* ``127.0.0.1:3128`` — the egress proxy (``HTTP(S)_PROXY``), which allows only what the
+  policy allows and logs every denial to ``net/denied.jsonl``;
+* ``127.0.0.1:3129`` — the model gateway: the harness's base URLs point here, the sandbox
+  holds a placeholder key, the gateway puts the real one on the upstream request and logs
+  usage per request to ``net/usage.jsonl``.
+
+The logs live next to ``sock/``, never inside it: the agent cannot read or forge them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import socket
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from sono.config import Config
+from sono.net.gateway import AuthStyle, GatewayThread, Route
+from sono.net.policy import NetworkPolicy
+from sono.net.proxy import ProxyThread
+
+PROXY_PORT = 3128
+GATEWAY_PORT = 3129
+INSIDE_DIR = "/run/so/net"
+FORWARDER_INSIDE = "/run/so/forward.py"
+PROXY_SOCK = "proxy.sock"
+GATEWAY_SOCK = "gateway.sock"
+PLACEHOLDER = "so-placeholder-the-gateway-adds-the-real-key"
+
+# Model API families: default upstream, the base-URL variable, key variables and their style.
+FAMILIES: dict[str, tuple[str, str, tuple[tuple[str, AuthStyle], ...]]] = {
+    "anthropic": (
+        "https://api.anthropic.com",
+        "ANTHROPIC_BASE_URL",
+        (("ANTHROPIC_API_KEY", "x-api-key"), ("ANTHROPIC_AUTH_TOKEN", "bearer")),
+    ),
+    "openai": ("https://api.openai.com/v1", "OPENAI_BASE_URL", (("OPENAI_API_KEY", "bearer"),)),
+}
+SECRET_VARS = tuple(var for _, _, keys in FAMILIES.values() for var, _ in keys)
+
+
+def forwarder_path() -> Path:
+    return Path(str(resources.files("sono.net").joinpath("forward.py")))
+
+
+def forwarder_argv(python: str = "python3") -> list[str]:
+    inside = f"{INSIDE_DIR}/"
+    return [
+        python,
+        FORWARDER_INSIDE,
+        "--ignore-stdin",
+        f"127.0.0.1:{PROXY_PORT}={inside}{PROXY_SOCK}",
+        f"127.0.0.1:{GATEWAY_PORT}={inside}{GATEWAY_SOCK}",
+    ]
+
+
+@dataclass(frozen=True)
+class Gatewayed:
+    """What the agent is given instead of the host's model settings."""
+
+    routes: tuple[Route, ...]
+    endpoints: dict[str, str]  # family -> base URL inside the sandbox
+    env: dict[str, str]  # the host env as the harness may see it (keys replaced)
+
+
+def gateway_for(host_env: Mapping[str, str]) -> Gatewayed:
+    """Routes for every model family; the sandbox sees the gateway and placeholders."""
+    routes: list[Route] = []
+    endpoints: dict[str, str] = {}
+    env = {k: v for k, v in host_env.items() if k not in SECRET_VARS}
+    for family, (default, base_var, keys) in FAMILIES.items():
+        upstream = host_env.get(base_var) or default
+        if family == "openai" and not urlsplit(upstream).path.strip("/"):
+            upstream = upstream.rstrip("/") + "/v1"  # a bare host means its /v1 API, as for SDKs
+        found = next(((var, style) for var, style in keys if host_env.get(var)), None)
+        if found is None:
+            routes.append(Route(f"/{family}", upstream, "passthrough", ""))
+        else:
+            var, style = found
+            routes.append(Route(f"/{family}", upstream, style, host_env[var]))
+            env[var] = PLACEHOLDER
+        endpoints[family] = f"http://127.0.0.1:{GATEWAY_PORT}/{family}"
+        env[base_var] = endpoints[family]
+    return Gatewayed(tuple(routes), endpoints, env)
+
+
+def proxy_env() -> dict[str, str]:
+    url = f"http://127.0.0.1:{PROXY_PORT}"
+    loopback = "localhost,127.0.0.1,::1"
+    return {
+        "HTTP_PROXY": url,
+        "HTTPS_PROXY": url,
+        "http_proxy": url,
+        "https_proxy": url,
+        "NO_PROXY": loopback,
+        "no_proxy": loopback,
+    }
+
+
+@dataclass
+class Offsets:
+    denied: int = 0
+    usage: int = 0
+
+
+@dataclass
+class NetLog:
+    """What one iteration did on the network."""
+
+    denied: list[dict[str, Any]] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def tokens_in(self) -> int:
+        return sum(int(r.get("input_tokens") or 0) for r in self.requests)
+
+    @property
+    def tokens_out(self) -> int:
+        return sum(int(r.get("output_tokens") or 0) for r in self.requests)
+
+
+class NetSession:
+    """The proxy and the gateway of one sandbox, on threads of this process."""
+
+    def __init__(self, net_dir: Path, policy: NetworkPolicy, routes: tuple[Route, ...]) -> None:
+        self.dir = net_dir
+        self.sock_dir = net_dir / "sock"
+        self.denied_log = net_dir / "denied.jsonl"
+        self.usage_log = net_dir / "usage.jsonl"
+        self.policy = policy
+        self.routes = routes
+        self._threads: list[Any] = []
+
+    def __enter__(self) -> NetSession:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.sock_dir.mkdir(parents=True, exist_ok=True)
+        # The sandbox user (another uid under Docker) must reach the sockets; the names
+        # below are known, so the directory is the only thing protecting them: 0711.
+        self.sock_dir.chmod(0o711)
+        with _short_dir(self.sock_dir) as short:
+            if not _serving(short / GATEWAY_SOCK):  # one so process serves a sandbox
+                self._threads.append(
+                    GatewayThread(self.routes, short / GATEWAY_SOCK, self.usage_log).start()
+                )
+            if self.policy.mode != "none" and not _serving(short / PROXY_SOCK):
+                self._threads.append(
+                    ProxyThread(self.policy, short / PROXY_SOCK, self.denied_log).start()
+                )
+        for name in (GATEWAY_SOCK, PROXY_SOCK):
+            with contextlib.suppress(FileNotFoundError):
+                (self.sock_dir / name).chmod(0o666)
+
+    def stop(self) -> None:
+        for thread in reversed(self._threads):
+            thread.stop()
+        self._threads.clear()
+
+    def offsets(self) -> Offsets:
+        return Offsets(_size(self.denied_log), _size(self.usage_log))
+
+    def since(self, start: Offsets) -> NetLog:
+        return NetLog(_lines(self.denied_log, start.denied), _lines(self.usage_log, start.usage))
+
+
+def policy_of(cfg: Config) -> NetworkPolicy:
+    return NetworkPolicy(mode=cfg.network_mode, allow=cfg.network_allow, deny=cfg.network_deny)
+
+
+def session_for(
+    net_dir: Path, cfg: Config, host_env: Mapping[str, str]
+) -> tuple[NetSession, Gatewayed]:
+    """The network of a sandbox under ``cfg``'s policy, and what its agent is told."""
+    gatewayed = gateway_for(host_env)
+    return NetSession(net_dir, policy_of(cfg), gatewayed.routes), gatewayed
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _lines(path: Path, offset: int) -> list[dict[str, Any]]:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in data.splitlines():
+        with contextlib.suppress(ValueError):
+            item = json.loads(line)
+            if isinstance(item, dict):
+                out.append(item)
+    return out
+
+
+def _serving(path: Path) -> bool:
+    if not path.is_socket():
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def _short_dir(directory: Path) -> Iterator[Path]:
+    """A short path to ``directory`` (Unix socket paths are limited to ~107 bytes): a
+    symlink in the temp dir, removed again once the sockets are bound."""
+    if len(str(directory)) < 80:
+        yield directory
+        return
+    link = Path(tempfile.gettempdir()) / f"so-{os.getpid()}-{secrets.token_hex(4)}"
+    link.symlink_to(directory)
+    try:
+        yield link
+    finally:
+        link.unlink()

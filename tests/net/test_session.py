@@ -1,0 +1,112 @@
+"""The per-sandbox network session: what the agent is told, and the servers it reaches."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from sono.net.policy import NetworkPolicy
+from sono.net.session import (
+    GATEWAY_SOCK,
+    PLACEHOLDER,
+    PROXY_SOCK,
+    NetSession,
+    gateway_for,
+    proxy_env,
+)
+
+
+def test_keys_become_placeholders_and_base_urls_point_at_the_gateway() -> None:
+    host = {
+        "ANTHROPIC_API_KEY": "sk-ant-real",
+        "ANTHROPIC_BASE_URL": "http://127.0.0.1:9/",
+        "OPENAI_API_KEY": "sk-openai-real",
+        "PATH": "/usr/bin",
+    }
+    gw = gateway_for(host)
+    assert gw.env["ANTHROPIC_API_KEY"] == PLACEHOLDER
+    assert gw.env["OPENAI_API_KEY"] == PLACEHOLDER
+    assert gw.env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:3129/anthropic"
+    assert gw.env["OPENAI_BASE_URL"] == "http://127.0.0.1:3129/openai"
+    assert gw.env["PATH"] == "/usr/bin"
+    assert "sk-ant-real" not in json.dumps(gw.env)
+    assert gw.endpoints == {
+        "anthropic": "http://127.0.0.1:3129/anthropic",
+        "openai": "http://127.0.0.1:3129/openai",
+    }
+    routes = {r.prefix: r for r in gw.routes}
+    assert routes["/anthropic"].upstream == "http://127.0.0.1:9/"
+    assert routes["/anthropic"].auth == "x-api-key"
+    assert routes["/anthropic"].key == "sk-ant-real"
+    assert routes["/openai"].upstream == "https://api.openai.com/v1"
+    assert routes["/openai"].auth == "bearer"
+    assert "sk-ant-real" not in repr(gw.routes)
+
+
+def test_a_host_without_keys_passes_the_agents_own_auth_through() -> None:
+    gw = gateway_for({"ANTHROPIC_AUTH_TOKEN": ""})
+    routes = {r.prefix: r for r in gw.routes}
+    assert routes["/anthropic"].auth == "passthrough"
+    assert "ANTHROPIC_API_KEY" not in gw.env
+
+
+def test_auth_token_is_sent_as_bearer() -> None:
+    gw = gateway_for({"ANTHROPIC_AUTH_TOKEN": "tok"})
+    route = next(r for r in gw.routes if r.prefix == "/anthropic")
+    assert (route.auth, route.key) == ("bearer", "tok")
+    assert gw.env["ANTHROPIC_AUTH_TOKEN"] == PLACEHOLDER
+
+
+def test_proxy_env_sends_everything_but_loopback_through_the_proxy() -> None:
+    env = proxy_env()
+    assert env["HTTPS_PROXY"] == env["http_proxy"] == "http://127.0.0.1:3128"
+    assert "127.0.0.1" in env["NO_PROXY"].split(",")
+
+
+def _connects(path: Path) -> bool:
+    """Connect by a short relative path (the real one may be too long for AF_UNIX)."""
+    cwd = Path.cwd()
+    os.chdir(path.parent)
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            try:
+                s.connect(path.name)
+            except OSError:
+                return False
+        return True
+    finally:
+        os.chdir(cwd)
+
+
+def test_session_serves_both_sockets_and_reports_per_iteration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    # A long directory name: socket paths beyond ~107 bytes need the short-link detour.
+    net_dir = tmp_path / ("x" * 60) / "net"
+    session = NetSession(net_dir, NetworkPolicy(mode="allowlist"), gateway_for({}).routes)
+    with session:
+        assert _connects(net_dir / "sock" / PROXY_SOCK)
+        assert _connects(net_dir / "sock" / GATEWAY_SOCK)
+        start = session.offsets()
+        os.chdir(net_dir / "sock")
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(PROXY_SOCK)
+            s.sendall(b"CONNECT denied.example:443 HTTP/1.1\r\nHost: denied.example:443\r\n\r\n")
+            assert s.recv(100).startswith(b"HTTP/1.1 403")
+        log = session.since(start)
+        assert [(d["host"], d["port"]) for d in log.denied] == [("denied.example", 443)]
+        assert session.since(session.offsets()).denied == []
+    assert not _connects(net_dir / "sock" / PROXY_SOCK)
+    assert (net_dir / "denied.jsonl").is_file()
+    assert not (net_dir / "sock" / "denied.jsonl").exists()  # logs stay out of the sandbox
+
+
+def test_mode_none_serves_only_the_gateway(tmp_path: Path) -> None:
+    with NetSession(tmp_path / "net", NetworkPolicy(mode="none"), gateway_for({}).routes):
+        assert _connects(tmp_path / "net" / "sock" / GATEWAY_SOCK)
+        assert not (tmp_path / "net" / "sock" / PROXY_SOCK).exists()
