@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from sono import proc
 from sono.backends.base import Health, SandboxSpec
+from sono.limits import Enforcement, Limits
 from sono.sandbox import Sandbox, create_sandbox
 from sono.state import Store
 from sono.workspace import inspect_host
@@ -41,6 +42,13 @@ class HostBackend:
 
     def refresh(self, *, spec: SandboxSpec) -> None:
         """Nothing is mounted."""
+
+    def plan_limits(self, limits: Limits) -> dict[str, Enforcement]:
+        return {
+            name: Enforcement(name, "none", "the fake backend runs on the host")
+            for name in ("memory", "cpus", "pids", "disk")
+            if getattr(limits, name) is not None
+        }
 
     def exec(
         self,

@@ -188,6 +188,7 @@ cpus = 1.5
 pids = 256
 disk = "1g"
 total_time = "2h"
+on_kill = "stop"
 """,
     )
     config = load(home)

@@ -76,6 +76,7 @@ class Config:
     pids: int | None
     disk: int | None
     total_time: float | None
+    on_kill: str
     enforce: str
     sources: Mapping[str, Setting]
 
@@ -470,6 +471,14 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             ("SO_LIMIT_TOTAL_TIME",),
         ),
         _Spec(
+            "limits.on_kill",
+            "continue",
+            _choice(("continue", "stop")),
+            "one of continue, stop",
+            "stop",
+            ("SO_LIMIT_ON_KILL",),
+        ),
+        _Spec(
             "enforce",
             "strict",
             _choice(("strict", "best-effort")),
@@ -654,6 +663,7 @@ def _build(settings: Mapping[str, Setting]) -> Config:
         pids=maybe("limits.pids", int),
         disk=maybe("limits.disk", int),
         total_time=maybe("limits.total_time", float),
+        on_kill=get("limits.on_kill", str),
         enforce=get("enforce", str),
         sources=MappingProxyType(dict(settings)),
     )

@@ -852,3 +852,53 @@ class DiskWatch:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+# ---------------------------------------------------------------------------- guard
+
+
+class Guard:
+    """Watches one agent run for a limit being hit; :meth:`check` (polled by the caller)
+    returns ``"memory"``, ``"pids"`` or ``"disk"`` once one was, so the run is killed and
+    recorded as such. Counters are read relative to the start (a cgroup may be reused)."""
+
+    def __init__(
+        self,
+        *,
+        jail: CgroupJail | None = None,
+        disk: DiskWatch | None = None,
+        counters: Callable[[], tuple[int, int]] | None = None,
+    ) -> None:
+        self.jail = jail
+        self.disk = disk
+        self.counters = counters  # (oom kills, pids-limit hits) of a cgroup we do not own
+        self._base = counters() if counters is not None else (0, 0)
+
+    def check(self) -> str | None:
+        if self.disk is not None and self.disk.exceeded:
+            return "disk"
+        if self.jail is not None:
+            if self.jail.oom_killed():
+                return "memory"
+            if self.jail.pids_hit():
+                return "pids"
+        if self.counters is not None:
+            oom, pids = self.counters()
+            if oom > self._base[0]:
+                return "memory"
+            if pids > self._base[1]:
+                return "pids"
+        return None
+
+
+def cgroup_counters(dirs: Mapping[str, Path]) -> tuple[int, int]:
+    """(OOM kills, pids-limit hits) from a cgroup's memory and pids directories (v1 or
+    v2 file names), 0 where a counter does not exist."""
+    memory, pids = dirs.get("memory"), dirs.get("pids")
+    oom = 0
+    if memory is not None:
+        oom = _keyed(memory / "memory.events").get("oom_kill", 0) or _keyed(
+            memory / "memory.oom_control"
+        ).get("oom_kill", 0)
+    hits = _keyed(pids / "pids.events").get("max", 0) if pids is not None else 0
+    return oom, hits

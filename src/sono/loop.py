@@ -59,6 +59,8 @@ class LoopOptions:
     cap_by_plan: bool = True
     max_cost: float | None = None  # dollars, summed over this run's iterations
     max_tokens: int | None = None  # input + output tokens, summed over this run
+    total_time_s: float | None = None  # wall time of this run (limits.total_time)
+    stop_on_kill: bool = False  # a resource limit killed the agent: stop (else go on)
 
 
 @dataclass
@@ -152,6 +154,7 @@ class Loop:
         self.host_home = host_home or Path.home()
         self._tally = Tally()
         self._next_prompt: str | None = None
+        self._killed: str | None = None
         self.net = net
 
     def planned_iterations(self) -> int:
@@ -166,6 +169,7 @@ class Loop:
         records: list[IterationRecord] = []
         idle = 0
         self.sb.save(status=RUNNING, runner_pid=os.getpid(), stop_reason=None, last_error=None)
+        started = time.monotonic()
         outcome, message = "exhausted", f"ran {planned} iteration(s) without status done"
         try:
             for offset in range(planned):
@@ -176,9 +180,13 @@ class Loop:
                     outcome = "done" if rec.status_after == specs.DONE else "blocked"
                     message = f"{specs.STATUS} says {rec.status_after}"
                     break
-                budget = over_budget(records, self.opts)
+                budget = over_budget(records, self.opts) or self._over_time(started)
                 if budget:
                     outcome, message = "budget", budget
+                    break
+                if rec.killed and self.opts.stop_on_kill:
+                    outcome = "error"
+                    message = f"iteration {rec.n}: the {rec.killed} limit killed the agent"
                     break
                 if idle >= self.opts.no_progress_limit:
                     outcome = "no_progress"
@@ -198,6 +206,12 @@ class Loop:
         result = LoopResult(outcome, tuple(records), planned, message)
         self.reporter.run_ended(result)
         return result
+
+    def _over_time(self, started: float) -> str | None:
+        limit = self.opts.total_time_s
+        if limit is not None and time.monotonic() - started > limit:
+            return f"total time exceeded: limits.total_time is {limit:.0f}s"
+        return None
 
     def _finish(self, outcome: str, message: str) -> None:
         keep = self.sb.record.last_error  # e.g. a timeout in the last iteration
@@ -223,6 +237,7 @@ class Loop:
         start = _Start(head, now_iso(), time.monotonic())
         net_start = self.net.offsets() if self.net else None
         self._tally = Tally()
+        self._killed = None
         prompt = self.prompt(i, planned, recent)
         try:
             exit_code, timed_out, events = self.run_agent(n, prompt, "agent")
@@ -249,6 +264,7 @@ class Loop:
             commit_retries=retries,
             auto_committed=auto,
             events=events,
+            killed=self._killed,
             **self._network(n, net_start),
         )
         self.sb.save(last_error=self._agent_error(rec))
@@ -280,7 +296,9 @@ class Loop:
         """Re-prompt the agent to commit a dirty tree; commit what is still left."""
         git = self.sb.git
         retries = 0
-        if not self.opts.step:
+        if self._killed == "disk":
+            return 0, False  # committing what filled the disk would store it twice
+        if not self.opts.step and not self._killed:
             while git.dirty() and retries < self.opts.commit_retries:
                 retries += 1
                 self.reporter.note(
@@ -321,6 +339,8 @@ class Loop:
         return rec
 
     def _agent_error(self, rec: IterationRecord) -> str | None:
+        if rec.killed:
+            return f"the {rec.killed} limit killed the agent in iteration {rec.n}"
         if rec.timed_out:
             return f"iteration {rec.n} timed out after {self.opts.timeout_s:.0f}s; agent killed"
         if rec.exit_code not in (0, None):
@@ -381,6 +401,12 @@ class Loop:
             self.reporter.note(
                 f"iteration {n}: agent timed out after {self.opts.timeout_s:.0f}s;"
                 " its whole process tree was killed"
+            )
+        if result.killed:
+            self._killed = result.killed
+            self.reporter.note(
+                f"iteration {n}: the {result.killed} limit was hit; the agent and its "
+                "whole process tree were killed"
             )
         return result.returncode, result.timed_out, count
 

@@ -43,6 +43,7 @@ class Streamed:
     timed_out: bool
     interrupted: bool
     duration_s: float
+    killed: str | None = None  # a limit that ended the run: "memory", "pids", "disk"
 
 
 class CommandError(SoError):
@@ -129,12 +130,14 @@ def stream(
     cwd: Path | None = None,
     timeout: float | None = None,
     stderr_to: IO[bytes] | None = None,
+    stop: Callable[[], str | None] | None = None,
 ) -> Streamed:
     """Run in its own process group, feeding each stdout line to ``on_line``.
 
     On timeout or Ctrl-C the whole group is terminated, then killed. A Ctrl-C is
     re-raised as KeyboardInterrupt after the child is gone, so callers can record
-    state before exiting.
+    state before exiting. ``stop`` is polled every 50 ms: a reason it returns kills the
+    group at once and is reported as ``killed``.
     """
     log.debug("stream: %s", shlex.join(argv))
     start = time.monotonic()
@@ -156,17 +159,24 @@ def stream(
     reader.start()
     deadline = None if timeout is None else start + timeout
     timed_out = False
+    killed = None
     try:
         while proc.poll() is None:
             if deadline is not None and time.monotonic() >= deadline:
                 timed_out = True
                 kill_group(proc)
                 break
+            killed = stop() if stop is not None else None
+            if killed:
+                kill_group(proc, grace_s=0)
+                break
             reader.join(timeout=0.05)
     except KeyboardInterrupt:
         kill_group(proc)
         reader.join(timeout=5)
         raise
+    if stop is not None and not killed and not timed_out:
+        killed = stop()  # the kernel may have ended it (an OOM kill) before we looked
     if not timed_out:
         # Children that outlive the leader would keep the pipe open forever.
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -177,6 +187,7 @@ def stream(
         timed_out=timed_out,
         interrupted=False,
         duration_s=time.monotonic() - start,
+        killed=killed or None,
     )
 
 

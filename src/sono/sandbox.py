@@ -12,6 +12,7 @@ from sono import overlay
 from sono.backends import BackendSettings, get_backend
 from sono.backends.base import Backend, Mount, NetSpec, SandboxSpec
 from sono.errors import SoError
+from sono.limits import Limits
 from sono.net.session import forwarder_path
 from sono.overlay import Drift, Overlay
 from sono.state import CREATED, SandboxRecord, Store, now_iso
@@ -47,6 +48,8 @@ class Sandbox:
     record: SandboxRecord
     store: Store
     backend: Backend
+    limits: Limits | None = None  # this run's resource limits (from the config)
+    files: tuple[Mount, ...] = ()  # this run's extra host paths (files.ro / files.rw)
 
     @property
     def dir(self) -> Path:
@@ -79,6 +82,7 @@ class Sandbox:
     @property
     def spec(self) -> SandboxSpec:
         mounts = tuple(Mount(Path(src), dest) for src, dest in self.record.mounts)
+        mounts += self.files
         net = None
         if self.record.network == "policy":
             net = NetSpec(self.net_dir / "sock", forwarder_path())
@@ -90,6 +94,7 @@ class Sandbox:
             project=Path(self.record.project),
             overlay=self.overlay,
             net=net,
+            limits=self.limits,
         )
 
     def describe_workspace(self) -> str:
@@ -203,6 +208,7 @@ def create_sandbox(
     agent_cmd: str | None = None,
     workspace: str = "copy",
     notice: Callable[[str], None] | None = None,
+    limits: Limits | None = None,
 ) -> Sandbox:
     mode, why = choose_workspace(workspace, backend, host.root, store.root)
     if why and notice:
@@ -254,7 +260,7 @@ def create_sandbox(
             workspace_mode=mode,
             network="policy",
         )
-        sandbox = Sandbox(store.save(record), store, backend)
+        sandbox = Sandbox(store.save(record), store, backend, limits)
         (sandbox.net_dir / "sock").mkdir(parents=True)
         backend.create(spec=sandbox.spec)
         return sandbox

@@ -163,6 +163,7 @@ class IterationRecord:
     cost_usd: float | None = None
     # The network: attempts the policy denied ({time, host, port, reason}) and what the
     # model gateway saw (requests, tokens) in this iteration.
+    killed: str | None = None  # a resource limit that ended the agent run
     net_denied: tuple[dict[str, Any], ...] = ()
     gateway_requests: int = 0
     gateway_tokens_in: int = 0

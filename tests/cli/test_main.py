@@ -173,7 +173,9 @@ def test_doctor_reports_bwrap_and_network(repo: Path) -> None:
     out = so("doctor", cwd=repo)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "[ok  ] backend bwrap" in out.stdout
-    assert "host network" in out.stdout and "git" in out.stdout
+    assert "[ok  ] network: allowlist: the model gateway + nothing" in out.stdout
+    assert "no network interface but loopback" in out.stdout and "git" in out.stdout
+    assert "[ok  ] limit pids on bwrap:" in out.stdout
 
 
 def test_doctor_says_whether_workspaces_are_copy_on_write(repo: Path) -> None:

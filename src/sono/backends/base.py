@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 from sono.proc import Completed, Streamed
 
 if TYPE_CHECKING:
+    from sono.limits import Enforcement, Limits
     from sono.overlay import Overlay
 
 
@@ -51,6 +52,13 @@ class SandboxSpec:
     project: Path | None = None  # the host project (trusted files like .so/Dockerfile)
     overlay: Overlay | None = None  # copy-on-write workspace; ``workspace`` is unused then
     net: NetSpec | None = None  # None: the host's network (sandboxes made before the policy)
+    limits: Limits | None = None  # enforced on agent runs and shells (not so's own git)
+
+    @property
+    def writable_dir(self) -> Path:
+        """Everything the sandbox makes the host store (for the disk limit): its upper
+        layer or copy, its git objects, its iteration logs — the sandbox's state dir."""
+        return self.home_seed.parent
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,9 @@ class Backend(Protocol):
     def overlay_obstacle(self, project: Path, home: Path) -> str | None:
         """Why a copy-on-write workspace over ``project`` cannot work on this backend here
         (``None`` when it can); ``home`` is where upper layers live."""
+
+    def plan_limits(self, limits: Limits) -> dict[str, Enforcement]:
+        """How each set limit would be enforced here (``mechanism == "none"``: it cannot)."""
 
     def refresh(self, *, spec: SandboxSpec) -> None:
         """Show host-side changes under an overlay consistently before so repairs them

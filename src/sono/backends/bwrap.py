@@ -10,19 +10,31 @@ host's (a later issue adds policy).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import itertools
 import os
 import re
 import shlex
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
 from sono import proc
 from sono.backends.base import Health, SandboxSpec
 from sono.errors import SoError
+from sono.limits import (
+    CgroupJail,
+    DiskWatch,
+    Enforcement,
+    Guard,
+    Limits,
+    plan_bwrap,
+    rlimit_prefix,
+)
 from sono.net.session import FORWARDER_INSIDE, INSIDE_DIR, forwarder_argv, proxy_env
 from sono.overlay import remove_tree, static_obstacle
 
@@ -113,6 +125,7 @@ def bwrap_argv(
     args = [
         opts.bwrap,
         "--unshare-user",
+        "--disable-userns",  # no nested user namespaces: no unshare -r, no fake root
         "--uid",
         str(spec.uid),
         "--gid",
@@ -136,13 +149,15 @@ def bwrap_argv(
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     for name in sorted(etc_files(spec)):
         args += ["--ro-bind", str(etc_dir / name), f"/etc/{name}"]
+    if spec.limits is not None and spec.limits.disk is not None:
+        args += ["--size", str(spec.limits.disk)]  # applies to the next --tmpfs: /tmp
     args += [
+        "--tmpfs",
+        "/tmp",
         "--proc",
         "/proc",
         "--dev",
         "/dev",
-        "--tmpfs",
-        "/tmp",
         "--dir",
         "/var/tmp",
         "--dir",
@@ -266,12 +281,14 @@ class BwrapBackend:
         timeout: float | None,
         on_line: Callable[[str], None],
     ) -> proc.Streamed:
-        return proc.stream(
-            self._argv(spec, argv, env, forward=True),
-            on_line=on_line,
-            stdin_text=stdin_text,
-            timeout=timeout,
-        )
+        with own_workdir(spec) as spec_, limited(spec_) as limiter:
+            return proc.stream(
+                limiter.outer(self._argv(spec_, limiter.inner(argv), env, forward=True)),
+                on_line=on_line,
+                stdin_text=stdin_text,
+                timeout=timeout,
+                stop=limiter.guard.check,
+            )
 
     def run(
         self,
@@ -281,18 +298,24 @@ class BwrapBackend:
         check: bool = True,
         env: Mapping[str, str] | None = None,
     ) -> proc.Completed:
-        return proc.run(self._argv(spec, argv, env or {}), check=check)
+        with own_workdir(spec) as spec_:
+            return proc.run(self._argv(spec_, argv, env or {}), check=check)
 
     def shell(self, *, spec: SandboxSpec, argv: Sequence[str] = ()) -> int:
         env = {"TERM": os.environ.get("TERM", "xterm"), "PS1": f"(so:{spec.id}) \\w\\$ "}
         command = list(argv) or ["/bin/bash", "--norc", "-i"]
-        return proc.interactive(self._argv(spec, command, env, new_session=False, forward=True))
+        with own_workdir(spec) as spec_, limited(spec_) as limiter:
+            full = self._argv(spec_, limiter.inner(command), env, new_session=False, forward=True)
+            return proc.interactive(limiter.outer(full))
 
     def destroy(self, *, spec: SandboxSpec) -> None:
         """Nothing to tear down: bwrap holds no state between execs."""
 
     def refresh(self, *, spec: SandboxSpec) -> None:
         """Nothing to do: every exec mounts the overlay afresh."""
+
+    def plan_limits(self, limits: Limits) -> dict[str, Enforcement]:
+        return plan_bwrap(limits)
 
     def overlay_owner(self) -> tuple[int, int] | None:
         return None  # the user namespace maps so's own uid to the agent's
@@ -347,6 +370,70 @@ class BwrapBackend:
 
 
 _PROBED: dict[tuple[str | None, str], str | None] = {}
+_JAILS = itertools.count(1)
+
+
+@dataclass
+class Limiter:
+    """How one bwrap run is limited: a cgroup around bwrap (``outer``), rlimits inside
+    the sandbox (``inner``: RLIMIT_NPROC counts per user namespace there), and a guard
+    that reports the limit that was hit."""
+
+    jail: CgroupJail | None = None
+    rlimits: tuple[str, ...] = ()
+    guard: Guard = field(default_factory=Guard)
+
+    def outer(self, argv: list[str]) -> list[str]:
+        return self.jail.wrap(argv) if self.jail is not None else argv
+
+    def inner(self, argv: Sequence[str]) -> list[str]:
+        return [*self.rlimits, *argv]
+
+
+_WORKDIRS = itertools.count(1)
+
+
+@contextlib.contextmanager
+def own_workdir(spec: SandboxSpec) -> Iterator[SandboxSpec]:
+    """Each bwrap run mounts the overlay afresh; runs that overlap (a shell or the review
+    app while the loop runs) must not share overlayfs' work dir, or one mount loses the
+    race for ``work/work`` and comes up read-only. The upper layer is shared."""
+    ov = spec.overlay
+    if ov is None:
+        yield spec
+        return
+    workdir = ov.workdir / f"{os.getpid()}-{next(_WORKDIRS)}"
+    workdir.mkdir(parents=True)
+    try:
+        yield dataclasses.replace(spec, overlay=dataclasses.replace(ov, workdir=workdir))
+    finally:
+        remove_tree(workdir)
+
+
+@contextlib.contextmanager
+def limited(spec: SandboxSpec) -> Iterator[Limiter]:
+    limits = spec.limits
+    if limits is None or not limits.any():
+        yield Limiter()
+        return
+    jail = None
+    if any(v is not None for v in (limits.memory, limits.cpus, limits.pids)):
+        jail = CgroupJail.create(f"so-{spec.id}-{os.getpid()}-{next(_JAILS)}", limits)
+    cgroup_pids = jail is not None and "pids" in jail.enforced
+    rlimits = rlimit_prefix(
+        limits, nproc=limits.pids is not None and not cgroup_pids, fsize=limits.disk
+    )
+    disk = None
+    if limits.disk is not None:
+        disk = DiskWatch(spec.writable_dir, limits.disk, lambda size: None, interval=0.5)
+        disk.start()
+    try:
+        yield Limiter(jail, tuple(rlimits), Guard(jail=jail, disk=disk))
+    finally:
+        if disk is not None:
+            disk.stop()
+        if jail is not None:
+            jail.remove()
 
 
 def _probe_overlay(binary: str, home: Path) -> str | None:

@@ -17,7 +17,7 @@ import shutil
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -25,12 +25,23 @@ from sono import proc
 from sono.backends.base import Health, SandboxSpec
 from sono.errors import SoError
 from sono.images import Images, RunnerSpec, agent_ids
+from sono.limits import (
+    DiskWatch,
+    Enforcement,
+    Guard,
+    Limits,
+    cgroup_counters,
+    docker_kwargs,
+    plan_docker,
+)
 from sono.net.session import FORWARDER_INSIDE, INSIDE_DIR, forwarder_argv, proxy_env
 from sono.overlay import static_obstacle
 
 LABEL = "so.sandbox"
 MOUNTS_LABEL = "so.mounts"
-PROMPT_PATH = "/tmp/so-prompt"
+# Not under /tmp: that may be a tmpfs (the disk limit), which put_archive cannot reach.
+PROMPT_DIR = "/home/agent"
+PROMPT_PATH = f"{PROMPT_DIR}/.so-stdin"
 FORWARDER_READY = "/run/so-forward.ready"
 PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 Progress = Callable[[str], None]
@@ -45,7 +56,10 @@ def volume_name(sandbox_id: str) -> str:
 
 
 def mounts_key(spec: SandboxSpec, image: str) -> str:
+    """Changes of any of these need a new container (mounts, network, limits)."""
     where = spec.overlay.mount_options() if spec.overlay else str(spec.workspace)
+    if spec.limits is not None:
+        where += f"\nlimits:{spec.limits}"
     if spec.net is not None:
         where += f"\nnet:{spec.net.socket_dir}:{spec.net.forwarder}"
     text = "\n".join([image, where, *(f"{m.src}:{m.dest}:{m.writable}" for m in spec.mounts)])
@@ -104,7 +118,28 @@ def container_config(spec: SandboxSpec, image: str, *, gpus: bool) -> dict[str, 
     }
     if gpus:
         config["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    if spec.limits is not None:
+        config |= docker_kwargs(spec.limits)
+        if spec.limits.disk is not None:  # /tmp is the container's, not the workspace's
+            config["tmpfs"] = {"/tmp": f"size={spec.limits.disk},mode=1777"}
     return config
+
+
+def cgroup_dirs(container_id: str, root: Path = Path("/")) -> dict[str, Path]:
+    """The container's memory and pids cgroup directories on the host (cgroupfs v1, or
+    v2 with the cgroupfs or systemd driver); missing ones are left out."""
+    fs = root / "sys/fs/cgroup"
+    found: dict[str, Path] = {}
+    for controller in ("memory", "pids"):
+        for candidate in (
+            fs / controller / "docker" / container_id,
+            fs / "system.slice" / f"docker-{container_id}.scope",
+            fs / "docker" / container_id,
+        ):
+            if candidate.is_dir():
+                found[controller] = candidate
+                break
+    return found
 
 
 def exec_env(spec: SandboxSpec, env: Mapping[str, str]) -> dict[str, str]:
@@ -167,6 +202,7 @@ class DockerBackend:
         # Checked once per process: image, mounts and state are verified on first use; a
         # container that vanishes later is noticed by the failing exec and recreated.
         self._live: dict[str, Any] = {}
+        self._live_keys: dict[str, tuple[object, ...]] = {}  # what the live one was made for
         self._seeded: dict[str, tuple[tuple[str, int, int], ...]] = {}
 
     # ---------------------------------------------------------------- engine and image
@@ -214,8 +250,9 @@ class DockerBackend:
     def _container(self, spec: SandboxSpec) -> Any:
         """The running container for ``spec``: started, or recreated from the workspace
         when it died, vanished or its mounts changed behind our back."""
-        if spec.id in self._live:
-            return self._live[spec.id]
+        live = self._live.get(spec.id)
+        if live is not None and self._live_keys.get(spec.id) == (spec.mounts, spec.limits):
+            return live
         image = self.image_for(spec)
         container = self._find(spec)
         if container is not None and container.labels.get(MOUNTS_LABEL) != mounts_key(spec, image):
@@ -231,6 +268,7 @@ class DockerBackend:
             container.start()
             self._start_forwarder(container, spec)
         self._live[spec.id] = container
+        self._live_keys[spec.id] = (spec.mounts, spec.limits)
         return container
 
     def _start_forwarder(self, container: Any, spec: SandboxSpec) -> None:
@@ -295,8 +333,8 @@ class DockerBackend:
         command = list(argv)
         if stdin_text is not None:
             container.put_archive(
-                "/tmp",
-                file_archive("so-prompt", stdin_text.encode(), self.uid, self.gid),
+                PROMPT_DIR,
+                file_archive(".so-stdin", stdin_text.encode(), self.uid, self.gid),
             )
             command = ["sh", "-c", f'exec "$@" < {PROMPT_PATH}', "so-init", *argv]
         exec_id = self._exec_create(
@@ -307,7 +345,28 @@ class DockerBackend:
             workdir=spec.mount_point,
         )
         stream = self.client().api.exec_start(exec_id, stream=True)
-        return self._follow(container, exec_id, stream, timeout, on_line)
+        with self._guard(container, spec) as guard:
+            return self._follow(container, exec_id, stream, timeout, on_line, guard=guard)
+
+    @contextlib.contextmanager
+    def _guard(self, container: Any, spec: SandboxSpec) -> Iterator[Guard | None]:
+        """The engine enforces memory/cpus/pids; this notices when one was hit (the
+        container's cgroup counters) and watches the workspace's disk use."""
+        limits = spec.limits
+        if limits is None or not limits.any():
+            yield None
+            return
+        dirs = cgroup_dirs(container.id)
+        counters = (lambda: cgroup_counters(dirs)) if dirs else None
+        disk = None
+        if limits.disk is not None:
+            disk = DiskWatch(spec.writable_dir, limits.disk, lambda size: None, interval=0.5)
+            disk.start()
+        try:
+            yield Guard(disk=disk, counters=counters)
+        finally:
+            if disk is not None:
+                disk.stop()
 
     def _follow(
         self,
@@ -316,15 +375,22 @@ class DockerBackend:
         stream: Any,
         timeout: float | None,
         on_line: Callable[[str], None],
+        *,
+        guard: Guard | None = None,
     ) -> proc.Streamed:
         start = time.monotonic()
         reader = threading.Thread(target=_pump, args=(stream, on_line), daemon=True)
         reader.start()
         timed_out = False
+        killed = None
         try:
             while reader.is_alive():
                 if timeout is not None and time.monotonic() - start >= timeout:
                     timed_out = True
+                    self._kill_agent(container)
+                    break
+                killed = guard.check() if guard is not None else None
+                if killed:
                     self._kill_agent(container)
                     break
                 reader.join(timeout=0.05)
@@ -333,12 +399,15 @@ class DockerBackend:
             reader.join(timeout=5)
             raise
         reader.join(timeout=10)
+        if guard is not None and not (killed or timed_out):
+            killed = guard.check()  # the kernel may have ended it (an OOM kill) first
         code = None if timed_out else self.client().api.exec_inspect(exec_id).get("ExitCode")
         return proc.Streamed(
             returncode=code,
             timed_out=timed_out,
             interrupted=False,
             duration_s=time.monotonic() - start,
+            killed=killed,
         )
 
     def _kill_agent(self, container: Any) -> None:
@@ -429,6 +498,9 @@ class DockerBackend:
                     network_mode="none",
                     volumes={str(ov.workdir): {"bind": "/w", "mode": "rw"}},
                 )
+
+    def plan_limits(self, limits: Limits) -> dict[str, Enforcement]:
+        return plan_docker(limits)
 
     def refresh(self, *, spec: SandboxSpec) -> None:
         """Restart the container: the engine unmounts the overlay volume and mounts it

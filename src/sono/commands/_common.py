@@ -19,6 +19,7 @@ from sono.config import Config, load_config
 from sono.errors import SoError
 from sono.harnesses import HARNESSES, get_harness
 from sono.harnesses.base import AgentOptions, Harness
+from sono.limits import Limits
 from sono.loop import Loop, LoopOptions, LoopResult, Reporter, StepHook
 from sono.net.session import NetSession
 from sono.sandbox import Sandbox
@@ -220,6 +221,9 @@ def run_loop(
     """Run the loop; on Ctrl-C print how to continue and return None. ``reporter``
     replaces the one the flags choose (the review TUI shows progress itself)."""
     sandbox.with_mounts(agent.mounts)
+    if sandbox.limits is None:
+        sandbox.limits = enforceable_limits(cfg, sandbox.backend)
+    sandbox.files = extra_files(cfg)
     opts = LoopOptions(
         iterations=cfg.iterations,
         timeout_s=cfg.iteration_timeout,
@@ -229,6 +233,8 @@ def run_loop(
         step=step_hook is not None,
         max_cost=cfg.max_cost,
         max_tokens=cfg.max_tokens,
+        total_time_s=cfg.total_time,
+        stop_on_kill=cfg.on_kill == "stop",
     )
     with network(sandbox, agent, cfg) as (net, netted, host_env):
         env = {**netted.harness.env(host_env, netted.options), **(env_overrides or {})}
@@ -253,6 +259,49 @@ def run_loop(
         file=sys.stderr,
     )
     return None
+
+
+def extra_files(cfg: Config) -> tuple[Mount, ...]:
+    """``files.ro`` / ``files.rw`` as mounts at the same path inside; a missing path is
+    an error (a typo must not silently run without the data)."""
+    mounts = []
+    for key, paths, writable in (
+        ("files.ro", cfg.files_ro, False),
+        ("files.rw", cfg.files_rw, True),
+    ):
+        for raw in paths:
+            path = Path(raw)
+            if not path.exists():
+                raise SoError(f"{key}: {path} does not exist; create it or remove it from {key}")
+            mounts.append(Mount(path.resolve(), str(path), writable=writable))
+    return tuple(mounts)
+
+
+def limits_of(cfg: Config) -> Limits | None:
+    limits = Limits(memory=cfg.memory, cpus=cfg.cpus, pids=cfg.pids, disk=cfg.disk)
+    return limits if limits.any() else None
+
+
+def enforceable_limits(cfg: Config, backend: Backend) -> Limits | None:
+    """The configured limits, after checking that this backend can enforce each of them
+    here: fail closed (an error) unless ``enforce = "best-effort"`` downgrades it."""
+    limits = limits_of(cfg)
+    if limits is None:
+        return None
+    weak = [e for e in backend.plan_limits(limits).values() if e.mechanism == "none"]
+    if weak and cfg.enforce == "strict":
+        what = "; ".join(f"limits.{e.limit} ({e.detail})" for e in weak)
+        raise SoError(
+            f"{what} cannot be enforced on {backend.name} here; use another sandbox "
+            '(so doctor shows what each enforces), drop the limit, or set enforce = "best-effort"'
+        )
+    for e in weak:
+        print(
+            f"so: warning: limits.{e.limit} is not enforced on {backend.name} here "
+            f"({e.detail}); running anyway (enforce = best-effort)",
+            file=sys.stderr,
+        )
+    return limits
 
 
 @contextlib.contextmanager

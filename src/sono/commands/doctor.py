@@ -12,9 +12,11 @@ from sono import agents, proc
 from sono.backends import BACKENDS, PLANNED, choose_auto, get_backend
 from sono.backends.base import Backend
 from sono.commands import _common as c
+from sono.config import Config
 from sono.errors import SoError
 from sono.harnesses import HARNESSES, available, harness_class
 from sono.harnesses.base import AgentOptions
+from sono.limits import Limits
 from sono.state import agents_dir, so_home
 
 CREDENTIAL_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
@@ -41,16 +43,11 @@ def run(args: argparse.Namespace) -> int:
         selected_ok = selected_ok or (name == selected and health.ok)
         if health.ok:
             out.append(_workspace(name, backend, cfg.workspace))
+            out += _limits(name, backend, cfg)
     for name in PLANNED:
         out.append(line(None, f"backend {name}", "not supported yet"))
     out.append(line(selected_ok, "selected sandbox", f"{selected} ({why})"))
-    out.append(
-        line(
-            None,
-            "network",
-            "sandboxes share the host network in this release (no egress policy yet)",
-        )
-    )
+    out.append(line(True, "network", _network(cfg)))
     git = shutil.which("git")
     out.append(
         line(
@@ -83,6 +80,36 @@ def _workspace(name: str, backend: Backend, wanted: str) -> str:
     if wanted == "overlay":
         return line(False, what, f"workspace = overlay cannot work here: {obstacle}")
     return line(None, what, f"falls back to a full copy: {obstacle}")
+
+
+def _network(cfg: Config) -> str:
+    allow = ", ".join(cfg.network_allow) or "nothing"
+    mode = {
+        "allowlist": f"allowlist: the model gateway + {allow}",
+        "none": "none: the model gateway only",
+        "open": "open: anything but private ranges, metadata and the deny list",
+    }[cfg.network_mode]
+    return (
+        f"{mode}. Sandboxes have no network interface but loopback; so's proxy and model "
+        "gateway (host side, over a Unix socket) are the way out, on every backend; API keys "
+        "stay on the host"
+    )
+
+
+def _limits(name: str, backend: Backend, cfg: Config) -> list[str]:
+    """What each resource limit maps to on this backend here (a sample when none set)."""
+    limits = c.limits_of(cfg)
+    sample = limits is None
+    if limits is None:
+        limits = Limits(memory=4 << 30, cpus=2, pids=512, disk=10 << 30)
+    out = []
+    for e in backend.plan_limits(limits).values():
+        ok = None if e.mechanism == "none" and sample else e.mechanism != "none"
+        what = f"limit {e.limit} on {name}"
+        via = "not enforceable here" if e.mechanism == "none" else e.mechanism
+        value = "" if sample else f"{e.value} "
+        out.append(line(ok, what, f"{value}{via} ({e.detail})"))
+    return out
 
 
 def _mkdir(path: Path) -> Path:

@@ -46,6 +46,8 @@ def launch(
         )
     chosen = c.backend_for(cfg)
     backend = chosen.backend
+    limits = c.enforceable_limits(cfg, backend)  # fail closed before creating anything
+    c.extra_files(cfg)  # a missing files.ro/rw path, too
     agent = c.resolve_agent(cfg)
     hook = None
     if step:
@@ -66,6 +68,7 @@ def launch(
         agent_cmd=cfg.agent_cmd,
         workspace=cfg.workspace,
         notice=lambda text: print(f"so: {text}", file=sys.stderr),
+        limits=limits,
     )
     if needs_spec:
         c.reset_status(sandbox)

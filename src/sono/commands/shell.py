@@ -13,5 +13,7 @@ def run(args: argparse.Namespace) -> int:
     sandbox = open_sandbox(c.store(), args.id)
     command = [a for a in args.cmd if a != "--"] if args.cmd and args.cmd[0] == "--" else args.cmd
     cfg = c.config(args, Path(sandbox.record.project))
+    sandbox.limits = c.enforceable_limits(cfg, sandbox.backend)
+    sandbox.files = c.extra_files(cfg)
     with c.serving(sandbox, cfg):
         return sandbox.backend.shell(spec=sandbox.spec, argv=command)

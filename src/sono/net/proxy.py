@@ -15,6 +15,20 @@ between check and use). A denial is answered ``403`` and appended to ``log_path`
 JSON line ``{"time", "host", "port", "reason"}``. Origin-form requests (the proxy used as
 a web server) and a ``Host`` header naming another host than the target are ``400``.
 
+Hosts that a secret is bound to (:mod:`sono.net.secrets`) are the exception to opaque
+tunnels: after the same checks, the proxy answers the ``CONNECT`` and ends the client's
+TLS itself with a certificate for the host from the session's
+:class:`sono.net.tls.SessionCA` (ALPN ``http/1.1`` only). It then reads the HTTP/1.1
+requests of the connection one by one (keep-alive), replaces the placeholders of secrets
+bound to that host in header values (bodies only with ``substitute_body=True``; never in
+the request line, which servers echo back: a placeholder there is a logged ``403``),
+refuses with ``403`` (logged like a denial) a request carrying the placeholder of a
+secret *not* bound to it, and forwards the rest over a TLS
+connection of its own to one of the checked addresses (verified with the default
+context, which honours ``SSL_CERT_FILE``), streaming each response back as it arrives.
+The upstream is connected only once a request has passed. A placeholder in a plain-HTTP
+request is refused too: secrets go only over HTTPS.
+
 :class:`ProxyThread` runs it on its own event loop thread for synchronous callers;
 :class:`ServerThread` and the small HTTP/1.1 head helpers are shared with
 :mod:`sono.net.gateway`.
@@ -29,6 +43,7 @@ import ipaddress
 import json
 import re
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -36,10 +51,14 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NoReturn, Protocol, Self
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, Self
 from urllib.parse import urlsplit
 
 from sono.net.policy import IPAddress, NetworkPolicy, decide, normalize_host, precheck
+from sono.net.secrets import BoundSecret, Unbound, bound_to, placeholders_in, substitute
+
+if TYPE_CHECKING:
+    from sono.net.tls import SessionCA
 
 MAX_HEAD = 64 * 1024
 HEAD_TIMEOUT_S = 30.0
@@ -48,12 +67,15 @@ RESOLVE_TIMEOUT_S = 30.0
 IDLE_TIMEOUT_S = 600.0
 CLOSE_GRACE_S = 5.0
 BUFFER = 64 * 1024
+MAX_SUBSTITUTED_BODY = 8 * 1024 * 1024
+CONNECT_OK = b"HTTP/1.1 200 Connection Established\r\n\r\n"
 
 Resolver = Callable[[str, int], Awaitable[Sequence[IPAddress]]]
 
 _TOKEN_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _VERSION_RE = re.compile(r"HTTP/1\.[01]")
 _BAD_VALUE_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_CHUNK_SIZE_RE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -203,6 +225,20 @@ async def close_writer(writer: asyncio.StreamWriter) -> None:
         await writer.wait_closed()
 
 
+async def finish_writer(writer: asyncio.StreamWriter) -> None:
+    """Close ``writer`` within :data:`CLOSE_GRACE_S` (TLS waits for the peer's
+    close_notify), else abort it; abort at once when the current task is being
+    cancelled (the server is closing)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        writer.transport.abort()
+        return
+    try:
+        await asyncio.wait_for(close_writer(writer), CLOSE_GRACE_S)
+    except TimeoutError:
+        writer.transport.abort()
+
+
 def _phrase(status: int) -> str:
     try:
         return HTTPStatus(status).phrase
@@ -266,6 +302,133 @@ async def splice(
         await asyncio.gather(up, down, return_exceptions=True)
 
 
+# --- relaying HTTP/1.1 messages (interception) -------------------------------------------
+
+
+async def _line(reader: asyncio.StreamReader, idle: float) -> bytes:
+    """One CRLF-terminated line (chunk size or trailer)."""
+    try:
+        return await asyncio.wait_for(reader.readuntil(b"\r\n"), idle)
+    except asyncio.LimitOverrunError:
+        raise ConnectionError("chunked framing line too long") from None
+
+
+def _chunk_size(line: bytes) -> int:
+    size = line[:-2].split(b";", 1)[0].strip(b" \t")
+    if not _CHUNK_SIZE_RE.fullmatch(size):
+        raise ConnectionError(f"bad chunk size {size[:20]!r}")
+    return int(size, 16)
+
+
+async def _copy_exact(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, size: int, idle: float
+) -> None:
+    """Copy ``size`` bytes, each piece written as soon as it arrives."""
+    while size > 0:
+        data = await asyncio.wait_for(reader.read(min(BUFFER, size)), idle)
+        if not data:
+            raise ConnectionError("connection closed in the middle of a body")
+        size -= len(data)
+        writer.write(data)
+        await writer.drain()
+
+
+async def _copy_chunked(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, idle: float
+) -> None:
+    """Copy a chunked body verbatim (sizes, data, trailers) up to its end."""
+    while True:
+        line = await _line(reader, idle)
+        writer.write(line)
+        size = _chunk_size(line)
+        if size == 0:
+            break
+        await _copy_exact(reader, writer, size, idle)
+        crlf = await asyncio.wait_for(reader.readexactly(2), idle)
+        if crlf != b"\r\n":
+            raise ConnectionError("chunk not followed by CRLF")
+        writer.write(crlf)
+    while True:
+        line = await _line(reader, idle)
+        writer.write(line)
+        if line == b"\r\n":
+            break
+    await writer.drain()
+
+
+async def _copy_to_eof(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, idle: float
+) -> None:
+    while data := await asyncio.wait_for(reader.read(BUFFER), idle):
+        writer.write(data)
+        await writer.drain()
+
+
+async def _read_body(
+    reader: asyncio.StreamReader, chunked: bool, length: int | None, idle: float
+) -> bytes:
+    """A whole request body (de-chunked, trailers dropped), at most
+    :data:`MAX_SUBSTITUTED_BODY` bytes (``413`` beyond)."""
+    too_big = HttpError(
+        413, f"request bodies over {MAX_SUBSTITUTED_BODY} bytes cannot have secrets substituted"
+    )
+    if not chunked:
+        if (length or 0) > MAX_SUBSTITUTED_BODY:
+            raise too_big
+        return await asyncio.wait_for(reader.readexactly(length or 0), idle)
+    parts: list[bytes] = []
+    total = 0
+    while size := _chunk_size(await _line(reader, idle)):
+        total += size
+        if total > MAX_SUBSTITUTED_BODY:
+            raise too_big
+        parts.append(await asyncio.wait_for(reader.readexactly(size + 2), idle))
+        if not parts[-1].endswith(b"\r\n"):
+            raise HttpError(400, "chunk not followed by CRLF")
+        parts[-1] = parts[-1][:-2]
+    while await _line(reader, idle) != b"\r\n":
+        pass
+    return b"".join(parts)
+
+
+def body_framing(head: Head) -> tuple[bool, int | None]:
+    """(chunked?, content length) of a request body; ambiguous framing is a 400."""
+    codings = head.tokens("transfer-encoding")
+    lengths = {v.strip() for v in head.values("content-length")}
+    if codings and lengths:
+        raise HttpError(400, "both Transfer-Encoding and Content-Length")
+    if codings:
+        if codings != {"chunked"}:
+            raise HttpError(501, f"unsupported Transfer-Encoding {', '.join(sorted(codings))}")
+        return True, None
+    if not lengths:
+        return False, None
+    if len(lengths) > 1 or not all(v.isdigit() for v in lengths):
+        raise HttpError(400, "malformed Content-Length")
+    return False, int(lengths.pop())
+
+
+def keeps_alive(head: Head) -> bool:
+    """Does the sender of ``head`` (request or response) keep the connection open?"""
+    tokens = head.tokens("connection")
+    if "close" in tokens:
+        return False
+    version = head.start[0] if head.start[0].startswith("HTTP/") else head.start[2]
+    return version == "HTTP/1.1" or "keep-alive" in tokens
+
+
+@dataclass(frozen=True)
+class _Request:
+    """A request as it goes upstream: the head (placeholders replaced) and its body."""
+
+    method: str
+    head: bytes
+    chunked: bool
+    length: int | None
+    body: bytes | None  # the whole (substituted) body, or None to stream it as it comes
+    keep_alive: bool
+
+
 # --- the proxy -----------------------------------------------------------------------------
 
 
@@ -284,7 +447,14 @@ async def system_resolver(host: str, port: int) -> list[IPAddress]:
 
 class Proxy:
     """The proxy server; ``await start()`` binds ``socket_path``, ``await close()`` stops
-    it, ends every open connection and removes the socket."""
+    it, ends every open connection and removes the socket.
+
+    ``secrets`` are the session's bound secrets (their hosts are intercepted, see the
+    module doc), ``ca`` signs the certificates shown for those hosts (a fresh
+    :class:`~sono.net.tls.SessionCA` when not given), ``upstream_ssl`` verifies the real
+    hosts behind them (default: the system's trust store, honouring ``SSL_CERT_FILE``),
+    and ``substitute_body`` also replaces placeholders in request bodies (buffered, at
+    most :data:`MAX_SUBSTITUTED_BODY` bytes)."""
 
     def __init__(
         self,
@@ -296,6 +466,10 @@ class Proxy:
         idle_timeout: float = IDLE_TIMEOUT_S,
         connect_timeout: float = CONNECT_TIMEOUT_S,
         head_timeout: float = HEAD_TIMEOUT_S,
+        secrets: Sequence[BoundSecret] = (),
+        ca: SessionCA | None = None,
+        upstream_ssl: ssl.SSLContext | None = None,
+        substitute_body: bool = False,
     ) -> None:
         self.policy = policy
         self.socket_path = Path(socket_path)
@@ -306,6 +480,14 @@ class Proxy:
         self._head_timeout = head_timeout
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.secrets = tuple(secrets)
+        if self.secrets and ca is None:
+            from sono.net.tls import SessionCA  # needs `cryptography`: only with secrets
+
+            ca = SessionCA()
+        self.ca = ca
+        self._upstream_ssl = upstream_ssl
+        self._substitute_body = substitute_body
 
     async def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -342,7 +524,7 @@ class Proxy:
             pass  # a side went away or idled out: routine for a proxy
         finally:
             self._tasks.discard(task)
-            await close_writer(writer)
+            await finish_writer(writer)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         raw = await read_head(reader, self._head_timeout)
@@ -356,9 +538,13 @@ class Proxy:
                 raise HttpError(400, f"CONNECT needs host:port, not {target!r}")
             host, port = authority[0], authority[1]
             self._check_host_header(head, host, port)
-            reply, first = b"HTTP/1.1 200 Connection Established\r\n\r\n", b""
+            if bound_to(self.secrets, host):
+                await self._intercept(reader, writer, host, port)
+                return
+            reply, first = CONNECT_OK, b""
         else:
             host, port, first = self._absolute_form(head)
+            self._screen_plain(raw, host, port)
             reply = b""
         upstream = await self._open(host, port)
         try:
@@ -395,6 +581,15 @@ class Proxy:
         )
         return host, port, request
 
+    def _screen_plain(self, raw: bytes, host: str, port: int) -> None:
+        """Secrets are substituted only over TLS: a plain-HTTP request head carrying a
+        placeholder is refused, whatever the host."""
+        name = normalize_host(host) or host
+        for secret in placeholders_in(raw, self.secrets):
+            if secret.bound_to(name):
+                self._deny(name, port, f"secret {secret.name} is sent only over HTTPS")
+            self._deny(name, port, str(Unbound(secret.name, name)))
+
     @staticmethod
     def _check_host_header(head: Head, host: str, port: int) -> None:
         values = head.values("host")
@@ -403,10 +598,171 @@ class Proxy:
         if values and not same_host(values[0], host, port):
             raise HttpError(400, f"Host header {values[0]!r} does not match {host}:{port}")
 
+    # --- interception (hosts with bound secrets) ---
+
+    async def _intercept(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, port: int
+    ) -> None:
+        """Answer the CONNECT, be ``host`` to the client over TLS, and pass its requests
+        on with placeholders replaced. The upstream connection is opened for the first
+        request that passes, and again when the upstream closed it between requests."""
+        name, addresses = await self._check(host, port)
+        assert self.ca is not None, "secrets without a CA"
+        context = self.ca.server_context(name)
+        writer.write(CONNECT_OK)
+        await writer.drain()
+        # Clients wait for the 200 before their ClientHello; a handshake failure (the
+        # client does not trust the session CA, or does not speak TLS) just closes.
+        await writer.start_tls(context, ssl_handshake_timeout=self._head_timeout)
+        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        try:
+            timeout = self._head_timeout
+            while True:
+                try:
+                    raw = await read_head(reader, timeout)
+                except HttpError as exc:
+                    if exc.status == 408 and timeout == self._idle:
+                        return  # an idle keep-alive connection: close quietly
+                    raise
+                if not raw:
+                    return
+                timeout = self._idle
+                request = await self._inner_request((reader, writer), raw, name, port)
+                if upstream is not None and upstream[0].at_eof():
+                    await finish_writer(upstream[1])
+                    upstream = None
+                if upstream is None:
+                    upstream = await self._connect(name, port, addresses, tls=True)
+                if not await self._exchange(request, (reader, writer), upstream):
+                    return
+        finally:
+            if upstream is not None:
+                await finish_writer(upstream[1])
+
+    async def _inner_request(
+        self,
+        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        raw: bytes,
+        host: str,
+        port: int,
+    ) -> _Request:
+        """Check a request read inside an intercepted tunnel and make it the upstream's:
+        placeholders replaced (a placeholder of a secret not bound to ``host`` is a
+        logged 403), proxy headers dropped, ``Expect: 100-continue`` answered here."""
+        head = parse_head(raw)
+        method, target, _version = head.start
+        if method == "CONNECT" or not (target.startswith("/") or target == "*"):
+            raise HttpError(400, "inside a tunnel send origin-form requests (/path)")
+        self._check_host_header(head, host, port)
+        line, sep, headers_raw = raw.partition(b"\r\n")
+        in_line = placeholders_in(line, self.secrets)
+        if in_line:
+            # A path or query is what servers echo back (resource names, error messages):
+            # secrets go into header values only.
+            self._deny(host, port, f"secret {in_line[0].name} may be sent in headers only")
+        try:
+            head = parse_head(line + sep + substitute(headers_raw, self.secrets, host))
+        except Unbound as exc:
+            self._deny(host, port, str(exc))
+        chunked, length = body_framing(head)
+        expect = "100-continue" in head.tokens("expect")
+        drop = {"proxy-authorization", "proxy-connection"} | ({"expect"} if expect else set())
+        headers = [(k, v) for k, v in head.headers if k.lower() not in drop]
+        if not head.values("host"):
+            authority = f"[{host}]" if ":" in host else host
+            headers.insert(0, ("Host", authority if port == 443 else f"{authority}:{port}"))
+        if expect:
+            client[1].write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            await client[1].drain()
+        body: bytes | None = None
+        if self._substitute_body and (chunked or length):
+            data = await _read_body(client[0], chunked, length, self._idle)
+            try:
+                body = substitute(data, self.secrets, host)
+            except Unbound as exc:
+                self._deny(host, port, f"{exc} (in the request body)")
+            framing = {"content-length", "transfer-encoding"}
+            headers = [(k, v) for k, v in headers if k.lower() not in framing]
+            headers.append(("Content-Length", str(len(body))))
+        return _Request(
+            method,
+            render_head(" ".join(head.start), headers),
+            chunked,
+            length,
+            body,
+            keeps_alive(head),
+        )
+
+    async def _exchange(
+        self,
+        request: _Request,
+        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    ) -> bool:
+        """Send ``request`` (streaming its body from the client unless already read) and
+        relay the response; True when both sides keep the connection for another."""
+        reader, up_writer = client[0], upstream[1]
+        up_writer.write(request.head)
+        if request.body is not None:
+            up_writer.write(request.body)
+            await up_writer.drain()
+        elif request.chunked:
+            await _copy_chunked(reader, up_writer, self._idle)
+        elif request.length:
+            await _copy_exact(reader, up_writer, request.length, self._idle)
+        else:
+            await up_writer.drain()
+        return await self._relay_response(request, client, upstream)
+
+    async def _relay_response(
+        self,
+        request: _Request,
+        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    ) -> bool:
+        """The response, head and body verbatim, each piece as it arrives."""
+        writer, up_reader = client[1], upstream[0]
+        while True:  # interim 1xx heads go to the client as they come
+            try:
+                raw = await read_head(up_reader, self._idle, "response")
+            except HttpError as exc:
+                raise HttpError(502, f"upstream: {exc.message}") from None
+            if not raw:
+                raise HttpError(502, "upstream closed the connection without answering")
+            head = parse_head(raw, response=True)
+            status = int(head.start[1])
+            writer.write(raw)
+            await writer.drain()
+            if status == 101:  # an accepted Upgrade (WebSocket): raw bytes from now on
+                await splice(client, upstream, idle=self._idle)
+                return False
+            if not 100 <= status < 200:
+                break
+        if request.method == "HEAD" or status in (204, 304):
+            pass
+        elif "chunked" in head.tokens("transfer-encoding"):
+            await _copy_chunked(up_reader, writer, self._idle)
+        elif (lengths := {v.strip() for v in head.values("content-length")}) and all(
+            v.isdigit() for v in lengths
+        ):
+            if len(lengths) > 1:
+                raise ConnectionError("upstream sent conflicting Content-Length headers")
+            await _copy_exact(up_reader, writer, int(lengths.pop()), self._idle)
+        else:
+            await _copy_to_eof(up_reader, writer, self._idle)  # ends with the connection
+            return False
+        return request.keep_alive and keeps_alive(head)
+
+    # --- connecting ---
+
     async def _open(
         self, host: str, port: int
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """Check, resolve once, check every address, connect to one of those addresses."""
+        name, addresses = await self._check(host, port)
+        return await self._connect(name, port, addresses)
+
+    async def _check(self, host: str, port: int) -> tuple[str, list[IPAddress]]:
+        """Check, resolve once, check every address: (normalised host, the addresses)."""
         early = precheck(self.policy, host, port)
         if early is not None:
             self._deny(host, port, early.reason)
@@ -425,16 +781,36 @@ class Proxy:
         decision = decide(self.policy, name, port, addresses)
         if not decision.allowed:
             self._deny(name, port, decision.reason)
+        return name, list(dict.fromkeys(addresses))
+
+    async def _connect(
+        self, name: str, port: int, addresses: Sequence[IPAddress], *, tls: bool = False
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Connect to one of the checked ``addresses`` (over TLS for ``name`` if asked)."""
+        context = self._upstream_context() if tls else None
         last: Exception | None = None
-        for address in dict.fromkeys(addresses):
+        for address in addresses:
             try:
                 return await asyncio.wait_for(
-                    asyncio.open_connection(str(address), port, limit=MAX_HEAD),
+                    asyncio.open_connection(
+                        str(address),
+                        port,
+                        limit=MAX_HEAD,
+                        ssl=context,
+                        server_hostname=name if tls else None,
+                    ),
                     self._connect_timeout,
                 )
             except (OSError, TimeoutError) as exc:
                 last = exc
         raise HttpError(502, f"cannot connect to {name}:{port}: {last or 'no address'}")
+
+    def _upstream_context(self) -> ssl.SSLContext:
+        if self._upstream_ssl is None:
+            context = ssl.create_default_context()  # system roots; honours SSL_CERT_FILE
+            context.set_alpn_protocols(["http/1.1"])
+            self._upstream_ssl = context
+        return self._upstream_ssl
 
     def _deny(self, host: str, port: int, reason: str) -> NoReturn:
         record: dict[str, object] = {"time": now_iso(), "host": host, "port": port}
@@ -535,6 +911,10 @@ class ProxyThread(ServerThread):
         *,
         idle_timeout: float = IDLE_TIMEOUT_S,
         connect_timeout: float = CONNECT_TIMEOUT_S,
+        secrets: Sequence[BoundSecret] = (),
+        ca: SessionCA | None = None,
+        upstream_ssl: ssl.SSLContext | None = None,
+        substitute_body: bool = False,
     ) -> None:
         self.proxy = Proxy(
             policy,
@@ -543,5 +923,9 @@ class ProxyThread(ServerThread):
             resolver,
             idle_timeout=idle_timeout,
             connect_timeout=connect_timeout,
+            secrets=secrets,
+            ca=ca,
+            upstream_ssl=upstream_ssl,
+            substitute_body=substitute_body,
         )
         super().__init__(self.proxy, "so-net-proxy")

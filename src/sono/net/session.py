@@ -11,17 +11,24 @@ sockets in ``$SO_HOME/sandboxes/<id>/net/sock/``, a directory bound into the san
   usage per request to ``net/usage.jsonl``.
 
 The logs live next to ``sock/``, never inside it: the agent cannot read or forge them.
+
+Secrets (``[secrets.NAME]``, :mod:`sono.net.secrets`) reach the sandbox as placeholders
+(``NAME=so-secret-NAME-…``); the proxy swaps them for the real values on HTTPS requests to
+the hosts each is bound to, terminating TLS for those hosts with a per-session CA
+(:mod:`sono.net.tls`) whose certificate is ``sock/ca.pem`` (and ``sock/ca-bundle.pem``,
+the host's roots plus that CA), which the sandbox is told to trust.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
 import socket
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -32,6 +39,7 @@ from sono.config import Config
 from sono.net.gateway import AuthStyle, GatewayThread, Route
 from sono.net.policy import NetworkPolicy
 from sono.net.proxy import ProxyThread
+from sono.net.secrets import BoundSecret, resolve, sandbox_env
 
 PROXY_PORT = 3128
 GATEWAY_PORT = 3129
@@ -136,13 +144,20 @@ class NetLog:
 class NetSession:
     """The proxy and the gateway of one sandbox, on threads of this process."""
 
-    def __init__(self, net_dir: Path, policy: NetworkPolicy, routes: tuple[Route, ...]) -> None:
+    def __init__(
+        self,
+        net_dir: Path,
+        policy: NetworkPolicy,
+        routes: tuple[Route, ...],
+        secrets: Sequence[BoundSecret] = (),
+    ) -> None:
         self.dir = net_dir
         self.sock_dir = net_dir / "sock"
         self.denied_log = net_dir / "denied.jsonl"
         self.usage_log = net_dir / "usage.jsonl"
         self.policy = policy
         self.routes = routes
+        self.secrets = tuple(secrets)
         self._threads: list[Any] = []
 
     def __enter__(self) -> NetSession:
@@ -163,12 +178,21 @@ class NetSession:
                     GatewayThread(self.routes, short / GATEWAY_SOCK, self.usage_log).start()
                 )
             if self.policy.mode != "none" and not _serving(short / PROXY_SOCK):
-                self._threads.append(
-                    ProxyThread(self.policy, short / PROXY_SOCK, self.denied_log).start()
-                )
+                self._threads.append(self._proxy(short / PROXY_SOCK).start())
         for name in (GATEWAY_SOCK, PROXY_SOCK):
             with contextlib.suppress(FileNotFoundError):
                 (self.sock_dir / name).chmod(0o666)
+
+    def _proxy(self, socket_path: Path) -> ProxyThread:
+        """The proxy thread; with secrets, a fresh CA whose certificate (never its key)
+        is written to ``sock/`` first, replacing any earlier session's."""
+        if not self.secrets:
+            return ProxyThread(self.policy, socket_path, self.denied_log)
+        from sono.net.tls import SessionCA, write_trust_files
+
+        ca = SessionCA()
+        write_trust_files(self.sock_dir, ca)
+        return ProxyThread(self.policy, socket_path, self.denied_log, secrets=self.secrets, ca=ca)
 
     def stop(self) -> None:
         for thread in reversed(self._threads):
@@ -189,9 +213,26 @@ def policy_of(cfg: Config) -> NetworkPolicy:
 def session_for(
     net_dir: Path, cfg: Config, host_env: Mapping[str, str]
 ) -> tuple[NetSession, Gatewayed]:
-    """The network of a sandbox under ``cfg``'s policy, and what its agent is told."""
+    """The network of a sandbox under ``cfg``'s policy, and what its agent is told.
+
+    With ``[secrets]``, their values are read from ``host_env`` or their files now (a
+    missing one raises :class:`sono.errors.SoError`); the agent gets each as a
+    placeholder, loses every host variable that held a secret's value, and is told to
+    trust the session CA (:func:`sono.net.tls.trust_env`) when there is a proxy."""
     gatewayed = gateway_for(host_env)
-    return NetSession(net_dir, policy_of(cfg), gatewayed.routes), gatewayed
+    policy = policy_of(cfg)
+    bound = resolve(cfg.secrets, host_env) if cfg.secrets else []
+    if bound:
+        sources = {s.env for s in cfg.secrets if s.env is not None}
+        values = {b.value for b in bound}
+        env = {k: v for k, v in gatewayed.env.items() if k not in sources and v not in values}
+        env.update(sandbox_env(bound))
+        if policy.mode != "none":
+            from sono.net.tls import trust_env
+
+            env.update(trust_env(f"{INSIDE_DIR}/ca.pem"))
+        gatewayed = dataclasses.replace(gatewayed, env=env)
+    return NetSession(net_dir, policy, gatewayed.routes, bound), gatewayed
 
 
 def _size(path: Path) -> int:
