@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sono.errors import SoError
+from sono.home import home_dir, pid_alive
 
 RUNNING = "running"
 CREATED = "created"
@@ -33,12 +33,7 @@ FAILED = "failed"
 
 
 def so_home(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    if env.get("SO_HOME"):
-        return Path(env["SO_HOME"]).expanduser().resolve()
-    import platformdirs  # lazy: keeps `so list` start-up small
-
-    return Path(platformdirs.user_state_dir("so"))
+    return Path(home_dir(env))
 
 
 def agents_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -54,6 +49,8 @@ def now_iso() -> str:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write to a temp file in the same directory, fsync, then ``os.replace``."""
+    import tempfile  # lazy: start-up time
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -130,15 +127,7 @@ class SandboxRecord:
 
 
 def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
 
 
 @dataclass(frozen=True)

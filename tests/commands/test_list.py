@@ -1,9 +1,14 @@
 from __future__ import annotations
 
+import argparse
+import json
 from datetime import UTC, datetime
+from pathlib import Path
 
-from sono.commands.list import age, table
-from sono.state import SandboxRecord
+import pytest
+
+from sono.commands.list import age, epoch_seconds, fast, run, table
+from sono.state import SandboxRecord, Store
 
 
 def record(**kw: object) -> SandboxRecord:
@@ -47,3 +52,38 @@ def test_table_has_the_seed_columns() -> None:
 
 def test_running_with_dead_runner_shows_stopped() -> None:
     assert record(status="running", runner_pid=2**22 + 7).live_status() == "stopped"
+
+
+def test_epoch_seconds_matches_datetime() -> None:
+    for stamp in (
+        "1970-01-01T00:00:00+00:00",
+        "2024-02-29T23:59:59+00:00",
+        "2026-11-30T14:37:12+00:00",
+    ):
+        assert epoch_seconds(stamp) == int(datetime.fromisoformat(stamp).timestamp())
+    assert epoch_seconds("2026-11-30T14:37:12+02:00") is None  # so writes UTC only
+
+
+def test_the_fast_path_prints_what_the_full_parser_prints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SO_HOME", str(tmp_path))
+    store = Store(tmp_path)
+    store.save(record(id="proj-0001", created="2026-01-01T00:00:00+00:00"))
+    store.save(
+        record(
+            id="proj-0002",
+            created="2026-01-02T00:00:00+00:00",
+            status="running",
+            runner_pid=2**22 + 7,
+        )
+    )  # fmt: skip  (a dead runner pid)
+    (tmp_path / "sandboxes" / "broken").mkdir()
+    (tmp_path / "sandboxes" / "broken" / "sandbox.json").write_text("{not json")
+    for as_json in (False, True):
+        run(argparse.Namespace(json=as_json))
+        slow = capsys.readouterr().out
+        fast(as_json)
+        assert capsys.readouterr().out == slow
+    statuses = {r["id"]: r["status"] for r in json.loads(slow)}
+    assert statuses == {"proj-0001": "created", "proj-0002": "stopped"}

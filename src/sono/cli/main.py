@@ -6,15 +6,16 @@ Global flags are accepted before or after the subcommand (``so -i 3 run`` and
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from sono import __version__
 from sono.errors import SoError
+
+TYPE_CHECKING = False  # importing typing costs start-up time (`so list`)
+if TYPE_CHECKING:
+    import argparse
 
 EPILOG = """examples:
   so plan                      write specs/ templates, then plan with the agent
@@ -75,6 +76,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def _global_flags(parser: argparse.ArgumentParser) -> None:
     """Flags every command accepts; SUPPRESS so a later position never erases an earlier one."""
+    import argparse
+
     s = argparse.SUPPRESS
     parser.add_argument(
         "-H",
@@ -122,6 +125,8 @@ def _global_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse  # here, not at the top: `so list` answers without it
+
     parser = argparse.ArgumentParser(
         prog="so",
         description="so: run coding agents in sandboxes, loop them over a spec, "
@@ -146,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command_flags(name: str, p: argparse.ArgumentParser) -> None:
+    import argparse
+
     if name in ("run", "step", "clean", "dup"):
         p.add_argument(
             "--allow-dirty",
@@ -215,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         logging.basicConfig(level=logging.DEBUG, format="so: %(message)s")
     command = args.command or "menu"
+    import importlib
+
     module = importlib.import_module(f"sono.commands.{command}")
     try:
         code: int = module.run(args)
@@ -227,6 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception:
         import tempfile
         import traceback
+        from pathlib import Path
 
         log = Path(tempfile.gettempdir()) / f"so-crash-{os.getpid()}.log"
         log.write_text(traceback.format_exc())
@@ -235,5 +245,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+FAST = {("list",): False, ("list", "--json"): True}  # argv → --json, answered without argparse
+
+
 def entry() -> None:
+    fast = FAST.get(tuple(sys.argv[1:]))
+    if fast is not None:
+        from sono.commands.list import fast as fast_list
+
+        try:
+            sys.exit(fast_list(fast))
+        except BrokenPipeError:  # `so list | head`
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(0)
     sys.exit(main())

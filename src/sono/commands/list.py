@@ -2,25 +2,54 @@
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import json
 import os
-from datetime import UTC, datetime
+import time
 
-# Only the state module: `so list` must start fast (no harness, backend or loop imports).
-from sono.state import SandboxRecord, Store, so_home
+# `so list` must start fast: sono.home only (no argparse, dataclasses, harness, backend).
+from sono.home import home_dir, pid_alive
+
+TYPE_CHECKING = False  # typing itself costs start-up time
+if TYPE_CHECKING:
+    import argparse
+    from datetime import datetime
+    from typing import Any
+
+    from sono.state import SandboxRecord
+
+EMPTY = "no sandboxes yet: start one with `so run` (or try `so demo`)"
 
 
 def age(created: str, now: datetime | None = None) -> str:
-    try:
-        then = datetime.fromisoformat(created)
-    except ValueError:
+    then = epoch_seconds(created)
+    if then is None:
         return "?"
-    seconds = int(((now or datetime.now(UTC)) - then).total_seconds())
+    current = now.timestamp() if now is not None else time.time()
+    seconds = int(current - then)
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{max(seconds, 0)}s"
+
+
+def epoch_seconds(stamp: str) -> int | None:
+    """``2026-11-30T14:37:12+00:00`` (what so writes) as Unix seconds, without importing
+    datetime (start-up time); None for anything else."""
+    if len(stamp) != 25 or stamp[10] != "T" or stamp[19:] != "+00:00":
+        return None
+    try:
+        y, mo, d = int(stamp[0:4]), int(stamp[5:7]), int(stamp[8:10])
+        h, mi, s = int(stamp[11:13]), int(stamp[14:16]), int(stamp[17:19])
+    except ValueError:
+        return None
+    y -= mo <= 2  # days from the civil date (H. Hinnant's algorithm)
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (mo + (-3 if mo > 2 else 9)) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    days = era * 146097 + doe - 719468
+    return days * 86400 + h * 3600 + mi * 60 + s
 
 
 def as_json(rec: SandboxRecord) -> dict[str, object]:
@@ -31,17 +60,21 @@ def as_json(rec: SandboxRecord) -> dict[str, object]:
 
 
 def table(records: list[SandboxRecord]) -> str:
+    return render([{**r.to_json(), "status": r.live_status()} for r in records])
+
+
+def render(records: list[dict[str, Any]]) -> str:
     header = ("ID", "PROJECT", "HARNESS", "BACKEND", "STATUS", "ITER", "COMMITS", "AGE")
     rows = [header] + [
         (
-            r.id,
-            r.project_name,
-            r.harness,
-            r.backend,
-            r.live_status(),
-            str(r.iterations),
-            str(r.commits),
-            age(r.created),
+            str(r.get("id")),
+            str(r.get("project_name")),
+            str(r.get("harness")),
+            str(r.get("backend")),
+            str(r.get("status")),
+            str(r.get("iterations", 0)),
+            str(r.get("commits", 0)),
+            age(str(r.get("created", ""))),
         )
         for r in records
     ]
@@ -52,12 +85,44 @@ def table(records: list[SandboxRecord]) -> str:
     )
 
 
+def fast(as_json_output: bool) -> int:
+    """``so list`` / ``so list --json`` without argparse, dataclasses or pathlib: the
+    registry's JSON files read as they are (the same objects ``--json`` always gave)."""
+    root = os.path.join(home_dir(), "sandboxes")  # noqa: PTH118 - no pathlib: start-up
+    records = []
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for entry in os.scandir(root):
+            try:
+                with open(entry.path + "/sandbox.json", encoding="utf-8") as fh:  # noqa: PTH123
+                    data = json.load(fh)
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict) and isinstance(data.get("id"), str):
+                records.append(data)
+    records.sort(key=lambda d: str(d.get("created", "")))
+    for data in records:
+        status = data.get("status")
+        if status == "running" and not pid_alive(data.get("runner_pid")):
+            status = "stopped"
+        data["status"] = status
+        data["branch"] = f"so/{data['id']}"
+    if as_json_output:
+        print(json.dumps(records, indent=2, sort_keys=True))
+    elif not records:
+        print(EMPTY)
+    else:
+        print(render(records))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    from sono.state import Store, so_home
+
     records = Store(so_home(os.environ)).all()
     if getattr(args, "json", False):
         print(json.dumps([as_json(r) for r in records], indent=2, sort_keys=True))
     elif not records:
-        print("no sandboxes yet: start one with `so run` (or try `so demo`)")
+        print(EMPTY)
     else:
         print(table(records))
     return 0

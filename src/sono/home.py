@@ -1,0 +1,29 @@
+"""Where so keeps its state, and whether a runner is alive: stdlib ``os`` only, so that
+``so list`` can answer without importing the rest of so (start-up time)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+
+def home_dir(env: Mapping[str, str] | None = None) -> str:
+    """``$SO_HOME``, else the platform's state dir (``~/.local/state/so`` on Linux)."""
+    env = os.environ if env is None else env
+    if env.get("SO_HOME"):
+        return os.path.realpath(os.path.expanduser(env["SO_HOME"]))  # noqa: PTH111 - start-up
+    import platformdirs  # lazy: a module of its own, only when SO_HOME is unset
+
+    return str(platformdirs.user_state_dir("so"))
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
