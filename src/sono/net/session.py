@@ -69,6 +69,9 @@ def forwarder_argv(python: str = "python3") -> list[str]:
     inside = f"{INSIDE_DIR}/"
     return [
         python,
+        "-S",  # no site, no environment, no user dir: start-up time, and no
+        "-E",  # PYTHON* variables of the agent's choosing
+        "-s",
         FORWARDER_INSIDE,
         "--ignore-stdin",
         f"127.0.0.1:{PROXY_PORT}={inside}{PROXY_SOCK}",
