@@ -155,6 +155,7 @@ class Loop:
         self._tally = Tally()
         self._next_prompt: str | None = None
         self._killed: str | None = None
+        self._ended: tuple[str, list[str], list[str], int] | None = None  # after_if_clean
         self.net = net
 
     def planned_iterations(self) -> int:
@@ -255,7 +256,7 @@ class Loop:
             )
             self.sb.save(last_error=f"iteration {n} interrupted (Ctrl-C)")
             raise
-        retries, auto = self._enforce_commit(n, i)
+        retries, auto = self._enforce_commit(n, i, start)
         rec = self._close(
             n,
             start,
@@ -292,12 +293,16 @@ class Loop:
             "gateway_tokens_out": log.tokens_out,
         }
 
-    def _enforce_commit(self, n: int, i: int) -> tuple[int, bool]:
+    def _enforce_commit(self, n: int, i: int, start: _Start) -> tuple[int, bool]:
         """Re-prompt the agent to commit a dirty tree; commit what is still left."""
         git = self.sb.git
         retries = 0
         if self._killed == "disk":
             return 0, False  # committing what filled the disk would store it twice
+        rec_ = self.sb.record
+        self._ended = git.after_if_clean(rec_.iter_ref(n), start.head, rec_.base_ref)
+        if self._ended is not None:
+            return 0, False  # clean: the iteration's refs are already set
         if not self.opts.step and not self._killed:
             while git.dirty() and retries < self.opts.commit_retries:
                 retries += 1
@@ -315,7 +320,8 @@ class Loop:
     def _close(self, n: int, start: _Start, **fields: Any) -> IterationRecord:
         """Tag the iteration's end, store its record and update the registry."""
         rec_ = self.sb.record
-        head, changed, commits, total = self.sb.git.after(
+        ended, self._ended = self._ended, None
+        head, changed, commits, total = ended or self.sb.git.after(
             rec_.iter_ref(n), start.head, rec_.base_ref
         )
         status = specs.parse_status(self.sb.read_file(specs.STATUS))

@@ -305,6 +305,26 @@ class SandboxGit:
         head, changed, commits, count = (part.strip() for part in out.split(f"{MARK}\n"))
         return head, changed.splitlines(), commits.splitlines(), int(count or 0)
 
+    def after_if_clean(
+        self, iter_ref: str, since: str, base_ref: str
+    ) -> tuple[str, list[str], list[str], int] | None:
+        """:meth:`after`, in the same exec as the dirty check, when the tree is clean (the
+        usual end of an iteration); None, and nothing done, when it is dirty."""
+        out = self._sh(
+            'set -e; if [ -n "$(git status --porcelain --untracked-files=all)" ]; then '
+            "echo DIRTY; exit 0; fi; "
+            'head=$(git rev-parse HEAD); git update-ref "$1" "$head"; echo "$head"; '
+            'echo "$0"; git diff --name-only "$2" "$head"; echo "$0"; '
+            'git rev-list --reverse "$2..$head"; echo "$0"; git rev-list --count "$3..$head"',
+            iter_ref,
+            since,
+            base_ref,
+        )
+        if out.strip() == "DIRTY":
+            return None
+        head, changed, commits, count = (part.strip() for part in out.split(f"{MARK}\n"))
+        return head, changed.splitlines(), commits.splitlines(), int(count or 0)
+
     def _sh(self, script: str, *args: str) -> str:
         # $0 is the section marker; the arguments follow as $1, $2, …
         result = self.backend.run(spec=self.spec, argv=["sh", "-c", script, MARK, *args])
