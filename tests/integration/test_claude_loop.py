@@ -14,6 +14,7 @@ import pytest
 
 import helpers
 from helpers import SO, git, in_sandbox, pids, so, tree_snapshot, unique_sleep
+from sono.testing.model_server import ModelServer
 
 pytestmark = pytest.mark.integration
 
@@ -193,3 +194,33 @@ def test_merge_conflict_restores_host(
     after = {k: v for k, v in tree_snapshot(repo).items() if not k.startswith(".git/objects")}
     assert after == before
     assert [r["id"] for r in sandboxes(repo)] == [sid]
+
+
+def test_the_api_key_stays_on_the_host(
+    tmp_path: Path, claude_env: dict[str, str], model_server: ModelServer, backend: str
+) -> None:
+    """The real claude CLI reaches the model through so's gateway: the sandbox holds a
+    placeholder, the model server sees the real key, usage lands in the iteration record."""
+    tail = os.urandom(8).hex()
+    real = "sk-ant-real-" + tail
+    script = (  # the key is searched for in two halves: the prompt must not contain it
+        "env | grep -E '^(ANTHROPIC|HTTPS?_PROXY)' | sort > seen-env.txt; "
+        f'a=sk-ant-real-; grep -rl "${{a}}{tail}" / --exclude-dir=proc --exclude-dir=sys '
+        "2>/dev/null > found.txt; "
+        "git add -A; git commit -qm probe"
+    )
+    repo = spec_repo(tmp_path, script, plan="- [ ] one\n")
+    env = {**claude_env, "ANTHROPIC_API_KEY": real}
+    out = so("run", "-s", backend, "--yes", "--json", cwd=repo, env=env)
+    summary = json.loads(out.stdout.splitlines()[-1])
+    seen = in_sandbox(summary["id"], "cat", "seen-env.txt", cwd=repo)
+    assert "ANTHROPIC_API_KEY=so-placeholder" in seen
+    assert "ANTHROPIC_BASE_URL=http://127.0.0.1:3129/anthropic" in seen
+    assert real not in seen
+    assert in_sandbox(summary["id"], "cat", "found.txt", cwd=repo) == ""
+    messages = [r for r in model_server.requests if r.path == "/v1/messages"]
+    assert messages and {r.headers["x-api-key"] for r in messages} == {real}
+    rec = summary["iterations"][0]
+    assert rec["gateway_requests"] == len(messages)
+    assert rec["gateway_tokens_in"] > 0 and rec["gateway_tokens_out"] > 0
+    assert real not in out.stdout + out.stderr
