@@ -120,7 +120,7 @@ def main() -> None:
 
 def measure(runs: int, host: str, port: int, sock: str, fwd_port: int) -> dict[str, float]:
     say(f"gateway: {runs} requests per case, non-streaming and streaming")
-    paths = {
+    paths: dict[str, tuple[Connect, str]] = {
         "direct": (lambda: http.client.HTTPConnection(host, port), "/v1/messages"),
         "gateway": (lambda: UnixHTTPConnection(sock), "/anthropic/v1/messages"),
         "forwarder": (
@@ -128,17 +128,19 @@ def measure(runs: int, host: str, port: int, sock: str, fwd_port: int) -> dict[s
             "/anthropic/v1/messages",
         ),
     }
+    # interleaved() times each call itself; each case records its own figure instead
+    # (a TTFB is not the call's duration).
+    samples: dict[str, list[float]] = {}
+
+    def case(name: str, connect: Connect, path: str, stream: bool) -> Callable[[], object]:
+        samples[name] = []
+        return lambda: samples[name].append(request(connect, path, stream=stream))
+
     cases: dict[str, Callable[[], object]] = {}
     for name, (connect, path) in paths.items():
-        cases[f"{name}-total"] = lambda c=connect, p=path: request(c, p, stream=False)
-        cases[f"{name}-ttfb"] = lambda c=connect, p=path: request(c, p, stream=True)
-    # interleaved() times each call itself; the TTFB cases return their own figure.
-    samples: dict[str, list[float]] = {name: [] for name in cases}
-
-    def recorder(name: str) -> Callable[[], object]:
-        return lambda: samples[name].append(float(cases[name]()))  # type: ignore[arg-type]
-
-    interleaved({name: recorder(name) for name in cases}, runs, warmup=10)
+        cases[f"{name}-total"] = case(f"{name}-total", connect, path, False)
+        cases[f"{name}-ttfb"] = case(f"{name}-ttfb", connect, path, True)
+    interleaved(cases, runs, warmup=10)
     return {name: median(values[10:]) for name, values in samples.items()}
 
 

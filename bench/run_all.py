@@ -45,18 +45,13 @@ BENCHES = (
     Bench("iteration"),
     Bench("list_startup"),
     Bench("concurrency"),
+    Bench("gateway"),
     Bench(
         "docker_overhead",
         ("--runs", "10"),
         needs_docker=True,
         title="Docker: what `so` adds around `docker exec`; sandbox creation",
     ),
-)
-GATEWAY = (
-    "## Model gateway latency\n\n"
-    "| measurement | result |\n| --- | --- |\n"
-    "| model gateway | not applicable yet (no gateway) |\n\n"
-    "- Measured once the gateway of the Security issue lands."
 )
 
 
@@ -220,7 +215,6 @@ def main() -> None:
                 say(f"removing container {cid[:12]}, left behind by an interrupted benchmark")
                 subprocess.run(["docker", "rm", "-f", cid], capture_output=True, check=False)
         rm_rf(tmp)
-    sections.append(GATEWAY)
     parts = f": {', '.join(timings)}" if timings else ""
     sections.append(f"_Total {time.perf_counter() - total:.0f} s{parts}._")
     print("\n\n".join(sections))
