@@ -220,3 +220,9 @@ def test_choose_workspace_falls_back_with_a_reason_or_insists(tmp_path: Path) ->
 def test_auto_takes_the_overlay_on_bwrap(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "p")
     assert choose_workspace("auto", BwrapBackend(), repo, tmp_path / "home") == ("overlay", None)
+
+
+def test_a_vanished_project_is_a_clear_error(tmp_path: Path) -> None:
+    ov = Overlay.under(tmp_path / "sb", tmp_path / "gone")
+    with pytest.raises(SoError, match=r"the project .*gone under sandbox p-1 is gone"):
+        ov.require_lower("p-1")

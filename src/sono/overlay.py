@@ -53,6 +53,17 @@ class Overlay:
             stamp=sandbox_dir / "stamp",
         )
 
+    def require_lower(self, sandbox_id: str) -> None:
+        """The project must still be there: it is the sandbox's lower layer."""
+        if not self.lower.is_dir():
+            from sono.errors import SoError
+
+            raise SoError(
+                f"the project {self.lower} under sandbox {sandbox_id} is gone (moved or "
+                f"deleted); put it back to use the sandbox — its own changes are in "
+                f"{self.upper}, its commits in {self.gitdir}"
+            )
+
     def mount_options(self) -> str:
         return f"lowerdir={self.lower},upperdir={self.upper},workdir={self.workdir}"
 

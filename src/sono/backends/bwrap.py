@@ -402,6 +402,7 @@ def own_workdir(spec: SandboxSpec) -> Iterator[SandboxSpec]:
     if ov is None:
         yield spec
         return
+    ov.require_lower(spec.id)
     workdir = ov.workdir / f"{os.getpid()}-{next(_WORKDIRS)}"
     workdir.mkdir(parents=True)
     try:

@@ -250,6 +250,8 @@ class DockerBackend:
     def _container(self, spec: SandboxSpec) -> Any:
         """The running container for ``spec``: started, or recreated from the workspace
         when it died, vanished or its mounts changed behind our back."""
+        if spec.overlay is not None:
+            spec.overlay.require_lower(spec.id)
         live = self._live.get(spec.id)
         if live is not None and self._live_keys.get(spec.id) == (spec.mounts, spec.limits):
             return live
