@@ -40,12 +40,13 @@ from typing import Any, Literal, Self
 
 log = logging.getLogger("sono.limits")
 
-Mechanism = Literal["cgroup-v2", "cgroup-v1", "docker", "rlimit", "watchdog", "none"]
+Mechanism = Literal["cgroup-v2", "cgroup-v1", "docker", "microvm", "rlimit", "watchdog", "none"]
 
 MECHANISM_LABELS: Mapping[Mechanism, str] = {
     "cgroup-v2": "cgroup v2",
     "cgroup-v1": "cgroup v1",
     "docker": "Docker (engine cgroup)",
+    "microvm": "microVM (the guest's own RAM/vCPUs)",
     "rlimit": "rlimit",
     "watchdog": "watchdog",
     "none": "not enforced",

@@ -135,7 +135,7 @@ def test_outside_a_repo(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["run", "-s", "microvm"], "not supported yet"),
+        (["run", "-s", "microvm"], "cannot boot a microVM here"),
         (["run", "-s", "vmware"], "sandbox"),
         (["run", "-H", "aider"], "harness"),
         (["run", "-H", "claude", "-e", "ludicrous"], "not valid for claude"),

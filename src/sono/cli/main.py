@@ -71,6 +71,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "so image bootstrap      # offline base from debootstrap (docker import)\n"
         "  so image build\n  so image list\n  so image rm so-runner:1a2b3c4d5e6f7a8b",
     ),
+    "volume": (
+        "the agent's persistent home per project: list, reset (used by -s microvm; "
+        "bwrap and Docker do not use volumes yet)",
+        "so volume list\n  so volume list --json\n  so volume reset NAME --yes",
+    ),
 }
 
 
@@ -89,7 +94,10 @@ def _global_flags(parser: argparse.ArgumentParser) -> None:
         "-i", "--iterations", type=int, default=s, help="number of iterations (default 10)"
     )
     parser.add_argument(
-        "-s", "--sandbox", default=s, help="sandbox: auto (default), bwrap, docker (env SANDBOX)"
+        "-s",
+        "--sandbox",
+        default=s,
+        help="sandbox: auto (default), bwrap, docker, microvm (env SANDBOX)",
     )
     parser.add_argument("-m", "--model", default=s, help="model override")
     parser.add_argument("-e", "--effort", default=s, help="reasoning effort, e.g. low/medium/high")
@@ -208,6 +216,10 @@ def _more_flags(name: str, p: argparse.ArgumentParser) -> None:
         p.add_argument("ref", nargs="*", help="images to remove (rm)")
         p.add_argument("--suite", default="bookworm", help="Debian suite for bootstrap")
         p.add_argument("--mirror", help="Debian mirror for bootstrap (default: debootstrap's)")
+        p.add_argument("--json", action="store_true", help="machine-readable list")
+    if name == "volume":
+        p.add_argument("action", choices=("list", "reset"))
+        p.add_argument("name", nargs="?", help="volume id or a unique prefix (reset)")
         p.add_argument("--json", action="store_true", help="machine-readable list")
     if name == "agents":
         p.add_argument("action", choices=("install", "list"))
