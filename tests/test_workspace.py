@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,13 @@ from sono.backends.base import SandboxSpec
 from sono.errors import SoError
 from sono.sandbox import Sandbox
 from sono.state import Store
-from sono.workspace import alternates, inspect_host, read_workspace_file, remove_secrets
+from sono.workspace import (
+    alternates,
+    inspect_host,
+    read_beneath,
+    read_workspace_file,
+    remove_secrets,
+)
 
 EXCLUDE = (".env", ".env.*", ".envrc", "*.pem", "*.key", "id_*")
 
@@ -133,3 +140,19 @@ def test_batched_git_queries(tmp_path: Path) -> None:
     assert git(sb.work, "rev-parse", sb.record.iter_ref(1)) == after
     assert changed == ["b.txt", "c.txt"] and commits == [after] and total == 1
     assert sb.git.before(base)[1] == [f"{after[:7]} add b and c"]
+
+
+def test_read_beneath_refuses_links_dirs_and_escapes(tmp_path: Path) -> None:
+    root = tmp_path / "w"
+    (root / "d").mkdir(parents=True)
+    (root / "d" / "f.txt").write_text("ok")
+    (tmp_path / "secret").write_text("host")
+    (root / "link").symlink_to(tmp_path / "secret")
+    (root / "dlink").symlink_to(root / "d")
+    assert read_beneath(root, "d/f.txt") == "ok"
+    assert read_beneath(root, "link") is None  # a symlink as the file
+    assert read_beneath(root, "dlink/f.txt") is None  # a symlink on the way
+    assert read_beneath(root, "../secret") is None
+    assert read_beneath(root, "d") is None  # not a regular file
+    os.mkfifo(root / "fifo")
+    assert read_beneath(root, "fifo") is None  # opened non-blocking, refused

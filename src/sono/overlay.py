@@ -168,22 +168,16 @@ def shadowed(ov: Overlay, rel: str) -> bool:
 
 
 def read_file(ov: Overlay, rel: str, limit: int = 1 << 20) -> str | None:
-    """Read ``rel`` as the sandbox sees it, never following a symlink anywhere on the way."""
+    """Read ``rel`` as the sandbox sees it, never following a symlink anywhere on the way
+    (each component opened with ``O_NOFOLLOW``: no check-then-open race)."""
+    from sono.workspace import read_beneath
+
     state = _upper_state(ov, rel)
     if state == "hidden":
         return None
-    root = ov.upper if state == "file" else ov.lower
     if state == "lower" and rel.split("/", 1)[0] == ".git":
         return None
-    path = root
-    for part in (p for p in rel.split("/") if p):
-        path = path / part
-        if path.is_symlink():
-            return None
-    if not path.is_file():
-        return None
-    with path.open("rb") as fh:
-        return fh.read(limit).decode(errors="replace")
+    return read_beneath(ov.upper if state == "file" else ov.lower, rel, limit)
 
 
 # ------------------------------------------------------------------ drift

@@ -18,6 +18,7 @@ import contextlib
 import fnmatch
 import os
 import shutil
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -337,12 +338,33 @@ class SandboxGit:
 
 def read_workspace_file(work: Path, rel: str, limit: int = 1 << 20) -> str | None:
     """Read a file the agent controls without following links out of the workspace."""
-    path = work / rel
+    return read_beneath(work, rel, limit)
+
+
+def read_beneath(root: Path, rel: str, limit: int = 1 << 20) -> str | None:
+    """``root/rel`` opened one component at a time with ``O_NOFOLLOW`` (no symlink
+    anywhere, checked and opened in one step, so a racing agent cannot swap a link in
+    between), a regular file only; None otherwise."""
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        return None
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        real = path.resolve(strict=True)
-    except (FileNotFoundError, RuntimeError):
+        fd = os.open(root, flags | os.O_DIRECTORY)
+    except OSError:
         return None
-    if not real.is_relative_to(work.resolve()) or not real.is_file():
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, flags | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        leaf = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=fd)
+    except OSError:
+        os.close(fd)
         return None
-    with real.open("rb") as fh:
+    os.close(fd)
+    if not stat.S_ISREG(os.fstat(leaf).st_mode):
+        os.close(leaf)
+        return None
+    with os.fdopen(leaf, "rb") as fh:
         return fh.read(limit).decode(errors="replace")

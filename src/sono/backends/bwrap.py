@@ -45,7 +45,8 @@ ETC_FILES = (
     "nsswitch.conf",
     "host.conf",
     "gai.conf",
-    "ssl",
+    "ssl/certs",  # not ssl/private: keys, even if only root could read them
+    "ssl/openssl.cnf",
     "ca-certificates",
     "ca-certificates.conf",
     "alternatives",
@@ -67,6 +68,15 @@ ETC_FILES = (
     "debian_version",
 )
 HOME_SEED_DEST = "/run/so/home-seed"
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+PROC_MASKED = (
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/timer_list",
+    "/proc/sched_debug",
+    "/proc/latency_stats",
+    "/proc/kallsyms",
+)
 MIN_VERSION = (0, 11, 0)
 # Copies the credential seed into the fresh tmpfs HOME, starts the network forwarder when
 # asked (agent runs and shells; so's own git commands need no network), then becomes the
@@ -174,8 +184,12 @@ def bwrap_argv(
     for mount in spec.mounts:
         args += ["--bind" if mount.writable else "--ro-bind", str(mount.src), mount.dest]
     if spec.net is not None:
-        args += ["--bind", str(spec.net.socket_dir), INSIDE_DIR]
+        # Read-only: connect() works, replacing a socket with a symlink does not.
+        args += ["--ro-bind", str(spec.net.socket_dir), INSIDE_DIR]
         args += ["--ro-bind", str(spec.net.forwarder), FORWARDER_INSIDE]
+    # Kernel knobs and host information in /proc, masked as Docker does: what a root-run so
+    # would otherwise expose to an agent whose uid maps to the caller's.
+    args += _proc_masks(host_root)
     # Nothing outside the mounts above is writable, not even the sandbox's own root.
     args += ["--remount-ro", "/", "--chdir", spec.mount_point, "--clearenv"]
     full_env = {**base_env(spec), **env, "SO_HOME_SEED": HOME_SEED_DEST}
@@ -217,6 +231,19 @@ def base_env(spec: SandboxSpec) -> dict[str, str]:
         "SO_SANDBOX_ID": spec.id,
         **spec.env,
     }
+
+
+def _proc_masks(host_root: Path) -> list[str]:
+    """Read-only kernel knobs and /dev/null over host information, for what exists (the
+    sandbox's new /proc has what the host's has)."""
+    args: list[str] = []
+    for path in PROC_READ_ONLY:
+        if (host_root / path.lstrip("/")).exists():
+            args += ["--ro-bind", path, path]
+    for path in PROC_MASKED:
+        if (host_root / path.lstrip("/")).exists():
+            args += ["--ro-bind", "/dev/null", path]
+    return args
 
 
 def _system_dirs(host_root: Path) -> list[str]:

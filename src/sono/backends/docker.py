@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import io
 import os
+import secrets
 import shutil
 import tarfile
 import threading
@@ -43,6 +44,7 @@ MOUNTS_LABEL = "so.mounts"
 PROMPT_DIR = "/home/agent"
 PROMPT_PATH = f"{PROMPT_DIR}/.so-stdin"
 FORWARDER_READY = "/run/so-forward.ready"
+RUN_MARK = "SO_RUN"  # in the environment of everything an agent run starts (see _reap)
 PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 Progress = Callable[[str], None]
 
@@ -92,7 +94,8 @@ def container_config(spec: SandboxSpec, image: str, *, gpus: bool) -> dict[str, 
     ]
     if spec.net is not None:
         mounts += [
-            Mount(target=INSIDE_DIR, source=str(spec.net.socket_dir), type="bind"),
+            # Read-only: connect() works, planting a symlink in place of a socket does not.
+            Mount(target=INSIDE_DIR, source=str(spec.net.socket_dir), type="bind", read_only=True),
             Mount(
                 target=FORWARDER_INSIDE,
                 source=str(spec.net.forwarder),
@@ -339,16 +342,32 @@ class DockerBackend:
                 file_archive(".so-stdin", stdin_text.encode(), self.uid, self.gid),
             )
             command = ["sh", "-c", f'exec "$@" < {PROMPT_PATH}', "so-init", *argv]
+        run_token = secrets.token_hex(8)
         exec_id = self._exec_create(
             spec,
             command,
             user=f"{self.uid}:{self.gid}",
-            environment=exec_env(spec, env),
+            environment={**exec_env(spec, env), RUN_MARK: run_token},
             workdir=spec.mount_point,
         )
         stream = self.client().api.exec_start(exec_id, stream=True)
-        with self._guard(container, spec) as guard:
-            return self._follow(container, exec_id, stream, timeout, on_line, guard=guard)
+        try:
+            with self._guard(container, spec) as guard:
+                return self._follow(container, exec_id, stream, timeout, on_line, guard=guard)
+        finally:
+            self._reap(container, run_token)
+
+    def _reap(self, container: Any, token: str) -> None:
+        """End what the run left behind (daemons, ``setsid`` children): bwrap gets this
+        from its pid namespace, a container outlives its execs. Every process carrying the
+        run's mark in its environment is killed (by the agent user: root in the container has
+        no capabilities to read another user's environment)."""
+        script = (
+            'for p in /proc/[0-9]*; do tr "\\0" "\\n" < "$p/environ" 2>/dev/null '
+            f'| grep -qx "{RUN_MARK}=$0" && kill -9 "${{p#/proc/}}" 2>/dev/null; done; true'
+        )
+        with contextlib.suppress(Exception):
+            container.exec_run(["sh", "-c", script, token], user=f"{self.uid}:{self.gid}")
 
     @contextlib.contextmanager
     def _guard(self, container: Any, spec: SandboxSpec) -> Iterator[Guard | None]:

@@ -27,6 +27,7 @@ import json
 import os
 import secrets
 import socket
+import stat
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -183,8 +184,10 @@ class NetSession:
             if self.policy.mode != "none" and not _serving(short / PROXY_SOCK):
                 self._threads.append(self._proxy(short / PROXY_SOCK).start())
         for name in (GATEWAY_SOCK, PROXY_SOCK):
-            with contextlib.suppress(FileNotFoundError):
-                (self.sock_dir / name).chmod(0o666)
+            path = self.sock_dir / name
+            if _is_socket(path):  # never through a link (the dir is read-only inside)
+                with contextlib.suppress(FileNotFoundError):
+                    path.chmod(0o666)
 
     def _proxy(self, socket_path: Path) -> ProxyThread:
         """The proxy thread; with secrets, a fresh CA whose certificate (never its key)
@@ -261,8 +264,18 @@ def _lines(path: Path, offset: int) -> list[dict[str, Any]]:
     return out
 
 
+def _is_socket(path: Path) -> bool:
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _serving(path: Path) -> bool:
-    if not path.is_socket():
+    if not _is_socket(path):
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError, PermissionError):
+            if path.is_symlink():
+                path.unlink()  # a planted link: never connect through it
         return False
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         try:
