@@ -44,7 +44,32 @@ MOUNTS_LABEL = "so.mounts"
 PROMPT_DIR = "/home/agent"
 PROMPT_PATH = f"{PROMPT_DIR}/.so-stdin"
 FORWARDER_READY = "/run/so-forward.ready"
-RUN_MARK = "SO_RUN"  # in the environment of everything an agent run starts (see _reap)
+RUN_MARK = "SO_RUN"  # in the environment of what an agent run starts (for diagnosis)
+# Run by the agent user after each agent run: kill its orphans (see DockerBackend._reap).
+REAPER = """
+import os
+me, own = os.getuid(), os.getpid()
+def parent(pid):
+    with open("/proc/%d/stat" % pid) as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[1])
+for name in os.listdir("/proc"):
+    if not name.isdigit() or int(name) == own:
+        continue
+    pid = int(name)
+    try:
+        if os.stat("/proc/%d" % pid).st_uid != me:
+            continue
+        up = pid
+        for _ in range(4096):
+            up = parent(up)
+            if up in (0, own):
+                break
+            if up == 1:
+                os.kill(pid, 9)
+                break
+    except OSError:
+        pass
+"""
 PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 Progress = Callable[[str], None]
 
@@ -358,16 +383,15 @@ class DockerBackend:
             self._reap(container, run_token)
 
     def _reap(self, container: Any, token: str) -> None:
-        """End what the run left behind (daemons, ``setsid`` children): bwrap gets this
-        from its pid namespace, a container outlives its execs. Every process carrying the
-        run's mark in its environment is killed (by the agent user: root in the container has
-        no capabilities to read another user's environment)."""
-        script = (
-            'for p in /proc/[0-9]*; do tr "\\0" "\\n" < "$p/environ" 2>/dev/null '
-            f'| grep -qx "{RUN_MARK}=$0" && kill -9 "${{p#/proc/}}" 2>/dev/null; done; true'
-        )
+        """End what the run left behind (daemons, ``setsid`` or ``env -i`` children): bwrap
+        gets this from its pid namespace, a container outlives its execs. Every process of
+        the agent user that has become an orphan (its ancestry ends at the container's init,
+        not at a live ``docker exec`` such as an open ``so shell``) is killed."""
         with contextlib.suppress(Exception):
-            container.exec_run(["sh", "-c", script, token], user=f"{self.uid}:{self.gid}")
+            container.exec_run(
+                ["python3", "-S", "-E", "-s", "-c", REAPER, token],
+                user=f"{self.uid}:{self.gid}",
+            )
 
     @contextlib.contextmanager
     def _guard(self, container: Any, spec: SandboxSpec) -> Iterator[Guard | None]:
