@@ -1,11 +1,13 @@
 """bubblewrap backend: a fresh set of namespaces per exec around the sandbox's workspace.
 
-Policy (see README "What the sandbox protects"): read-only system directories, a
-handful of read-only files from /etc with generated passwd/group, a private tmpfs
-HOME seeded with copied credentials, the workspace read-write, private /tmp, new
-user/pid/ipc/uts/cgroup namespaces, the agent as uid 1000 with no capabilities.
-Never the host home, ``~/.ssh`` or the docker socket. The network is still the
-host's (a later issue adds policy).
+Policy (see README "Security policy" and docs/security.md): read-only system
+directories, a handful of read-only files from /etc with generated passwd/group, a
+private tmpfs HOME seeded with copied credentials, the workspace (a copy-on-write
+overlay, or a copy) read-write, private /tmp, /proc knobs read-only, new
+user/pid/ipc/uts/cgroup/net namespaces without nested user namespaces, the agent as uid
+1000 with no capabilities. Never the host home, ``~/.ssh`` or the docker socket. The
+only way out is so's proxy and model gateway, over Unix sockets in a read-only dir.
+Limits: a cgroup around bwrap where the host has a writable one, rlimits inside.
 """
 
 from __future__ import annotations

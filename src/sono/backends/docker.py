@@ -3,8 +3,9 @@ unprivileged agent user, through the ``docker`` SDK (honours ``DOCKER_HOST``).
 
 Same contract and guarantees as bwrap: the workspace is the only writable host path, git
 objects and agent CLIs are mounted read-only at their host paths, credentials are copied
-into the container's home (never bind-mounted), no docker socket, no ``~/.ssh``. The
-network is still the host's in this release, as with bwrap.
+into the container's home (never bind-mounted), no docker socket, no ``~/.ssh``. No
+network (``network_mode=none``) but so's proxy and model gateway over Unix sockets; the
+engine enforces memory/cpus/pids; the agent user's orphans are killed after each run.
 """
 
 from __future__ import annotations

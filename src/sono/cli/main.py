@@ -88,7 +88,7 @@ def _global_flags(parser: argparse.ArgumentParser) -> None:
         "-H",
         "--harness",
         default=s,
-        help="agent: claude, custom (codex, opencode, pi: next release)",
+        help="agent: claude, codex, opencode, pi, custom",
     )
     parser.add_argument(
         "-i", "--iterations", type=int, default=s, help="number of iterations (default 10)"
