@@ -45,6 +45,12 @@ MOUNTS_LABEL = "so.mounts"
 PROMPT_DIR = "/home/agent"
 PROMPT_PATH = f"{PROMPT_DIR}/.so-stdin"
 FORWARDER_READY = "/run/so-forward.ready"
+# $0 = the ready file, "$@" = the forwarder's command line; a running one is kept.
+FORWARDER_START = (
+    'if [ -e "$0" ] && kill -0 "$(cat "$0.pid" 2>/dev/null)" 2>/dev/null; then exit 0; fi; '
+    'rm -f "$0"; "$@" --ready "$0" </dev/null >/dev/null 2>&1 & echo $! > "$0.pid"; '
+    'i=0; while [ ! -e "$0" ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; [ -e "$0" ]'
+)
 RUN_MARK = "SO_RUN"  # in the environment of what an agent run starts (for diagnosis)
 # Run by the agent user after each agent run: kill its orphans (see DockerBackend._reap).
 REAPER = """
@@ -232,6 +238,7 @@ class DockerBackend:
         # container that vanishes later is noticed by the failing exec and recreated.
         self._live: dict[str, Any] = {}
         self._live_keys: dict[str, tuple[object, ...]] = {}  # what the live one was made for
+        self._forwarding: set[str] = set()  # sandboxes whose container's forwarder runs
         self._seeded: dict[str, tuple[tuple[str, int, int], ...]] = {}
 
     # ---------------------------------------------------------------- engine and image
@@ -294,27 +301,27 @@ class DockerBackend:
             container = self.client().containers.create(**config)
             container.start()
             self._seed_home(container, spec)
-            self._start_forwarder(container, spec)
         elif container.status != "running":
             container.start()
-            self._start_forwarder(container, spec)
+        self._forwarding.discard(spec.id)
         self._live[spec.id] = container
         self._live_keys[spec.id] = (spec.mounts, spec.limits)
         return container
 
-    def _start_forwarder(self, container: Any, spec: SandboxSpec) -> None:
-        """One forwarder per container, as root: the agent's pkill on a timeout (and the
-        agent itself) cannot take the sandbox's way out down with it."""
-        if spec.net is None:
+    def _ensure_forwarder(self, container: Any, spec: SandboxSpec) -> None:
+        """One forwarder per container, as root (the agent's pkill on a timeout, and the
+        agent itself, cannot take the sandbox's way out down with it), started by the first
+        agent run or shell that needs it — not at creation — in one exec that returns once
+        it listens."""
+        if spec.net is None or spec.id in self._forwarding:
             return
-        argv = [*forwarder_argv(), "--ready", FORWARDER_READY]
-        container.exec_run(["rm", "-f", FORWARDER_READY], user="0:0")
-        container.exec_run(argv, user="0:0", detach=True)
-        for _ in range(300):
-            if container.exec_run(["test", "-e", FORWARDER_READY], user="0:0").exit_code == 0:
-                return
-            time.sleep(0.02)
-        raise SoError(f"the network forwarder did not start in container {container.name}")
+        result = container.exec_run(
+            ["sh", "-c", FORWARDER_START, FORWARDER_READY, *forwarder_argv()],
+            user="0:0",
+        )
+        if result.exit_code != 0:
+            raise SoError(f"the network forwarder did not start in container {container.name}")
+        self._forwarding.add(spec.id)
 
     def _exec_create(self, spec: SandboxSpec, command: list[str], **kwargs: Any) -> str:
         """``exec_create`` on the live container, recreating it once if it went away."""
@@ -361,6 +368,7 @@ class DockerBackend:
     ) -> proc.Streamed:
         container = self._container(spec)
         self._seed_home(container, spec)  # fresh copies of the credentials every run
+        self._ensure_forwarder(container, spec)
         command = list(argv)
         if stdin_text is not None:
             container.put_archive(
@@ -493,6 +501,7 @@ class DockerBackend:
 
     def shell(self, *, spec: SandboxSpec, argv: Sequence[str] = ()) -> int:
         container = self._container(spec)
+        self._ensure_forwarder(container, spec)
         cli = shutil.which("docker")
         if cli is None:
             raise SoError("so shell on Docker needs the docker CLI on PATH (apt install docker.io)")
@@ -556,7 +565,7 @@ class DockerBackend:
         container = self._container(spec)
         container.stop(timeout=2)
         container.start()
-        self._start_forwarder(container, spec)
+        self._forwarding.discard(spec.id)
 
     def overlay_owner(self) -> tuple[int, int] | None:
         if (os.getuid(), os.getgid()) == (self.uid, self.gid):
