@@ -51,6 +51,7 @@ from sono.net.proxy import (
     Head,
     HttpError,
     ServerThread,
+    UnixServer,
     append_json_line,
     close_writer,
     now_iso,
@@ -220,7 +221,7 @@ def _json_error(status: int, message: str) -> bytes:
     return simple_response(status, body, "application/json")
 
 
-class Gateway:
+class Gateway(UnixServer):
     """The gateway server; ``await start()`` binds ``socket_path``, ``await close()``
     stops it, ends open requests and removes the socket."""
 
@@ -253,22 +254,7 @@ class Gateway:
         if self._ssl is None and any(r.upstream.startswith("https:") for r in self.routes):
             self._ssl = default_ssl_context()
         self.usage_log.parent.mkdir(parents=True, exist_ok=True)
-        if self.socket_path.is_socket():
-            self.socket_path.unlink()
-        self._server = await asyncio.start_unix_server(
-            self._handle, path=str(self.socket_path), limit=MAX_HEAD, backlog=1024
-        )
-
-    async def close(self) -> None:
-        if self._server is None:
-            return
-        self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._server.wait_closed()
-        self._server = None
-        self.socket_path.unlink(missing_ok=True)
+        await self._listen(self._handle)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

@@ -445,7 +445,36 @@ async def system_resolver(host: str, port: int) -> list[IPAddress]:
     return found
 
 
-class Proxy:
+class UnixServer:
+    """An asyncio server on a Unix socket (a stale socket file is replaced) whose open
+    connections are cancelled, and whose socket is removed, on :meth:`close`."""
+
+    socket_path: Path
+    _server: asyncio.Server | None
+    _tasks: set[asyncio.Task[Any]]
+
+    async def _listen(
+        self, handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+    ) -> None:
+        if self.socket_path.is_socket():
+            self.socket_path.unlink()
+        self._server = await asyncio.start_unix_server(
+            handle, path=str(self.socket_path), limit=MAX_HEAD, backlog=1024
+        )
+
+    async def close(self) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._server.wait_closed()
+        self._server = None
+        self.socket_path.unlink(missing_ok=True)
+
+
+class Proxy(UnixServer):
     """The proxy server; ``await start()`` binds ``socket_path``, ``await close()`` stops
     it, ends every open connection and removes the socket.
 
@@ -491,22 +520,7 @@ class Proxy:
 
     async def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        if self.socket_path.is_socket():
-            self.socket_path.unlink()
-        self._server = await asyncio.start_unix_server(
-            self._handle, path=str(self.socket_path), limit=MAX_HEAD, backlog=1024
-        )
-
-    async def close(self) -> None:
-        if self._server is None:
-            return
-        self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._server.wait_closed()
-        self._server = None
-        self.socket_path.unlink(missing_ok=True)
+        await self._listen(self._handle)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
