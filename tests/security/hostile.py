@@ -161,9 +161,8 @@ class HostileUser:
         )
         new = sorted(self._ids() - before)
         sid = new[0] if new else (args[1] if len(args) > 1 and args[1] in before else None)
-        return Outcome(
-            out.returncode, out.stdout, out.stderr, sid, self.so_home / "sandboxes" / sid if sid else None
-        )
+        where = self.so_home / "sandboxes" / sid if sid else None
+        return Outcome(out.returncode, out.stdout, out.stderr, sid, where)
 
     def attack(
         self, script: str, *, backend: str, iterations: int = 1, extra: tuple[str, ...] = ()
