@@ -20,7 +20,7 @@ def sandbox_with_commits(tmp_path: Path, *changes: dict[str, str]) -> tuple[Path
         for name, text in files.items():
             (sb.work / name).write_text(text)
         sb.git.commit_all(f"change {n}")
-        sb.git("update-ref", sb.record.iter_ref(n), "HEAD")
+        sb.record_iteration(n)
     return repo, sb
 
 
@@ -128,6 +128,7 @@ def test_merge_flags_files_that_run_code(tmp_path: Path) -> None:
     (sb.work / "sub").mkdir()
     (sb.work / "sub" / ".gitattributes").write_text("*.txt filter=evil\n")
     sb.git.commit_all("ci")
+    sb.take()  # what a shell session does when it ends
     result = merge(sb, commit=False, keep=True)
     assert len(result.notes) == 1
     assert ".github/workflows/ci.yml" in result.notes[0]

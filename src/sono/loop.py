@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from sono import specs
+from sono.errors import SoError
 from sono.events import Event, Raw, Usage, dumps
 from sono.harnesses.base import AgentOptions, EventParser, Harness
 from sono.net.session import NetSession, Offsets
@@ -170,6 +172,7 @@ class Loop:
         records: list[IterationRecord] = []
         idle = 0
         self.sb.save(status=RUNNING, runner_pid=os.getpid(), stop_reason=None, last_error=None)
+        self.sb.take()  # the starting point: whatever the human left (shell, reset, specs)
         started = time.monotonic()
         outcome, message = "exhausted", f"ran {planned} iteration(s) without status done"
         try:
@@ -226,7 +229,7 @@ class Loop:
         )
 
     def _count_commits(self) -> int:
-        return len(self.sb.git.commits(self.sb.record.base_ref))
+        return self.sb.vault.count(self.sb.record.base_commit, self.sb.tip)
 
     def iteration(self, n: int, i: int, planned: int) -> IterationRecord:
         """One fresh agent process, then commit enforcement, refs and records."""
@@ -234,8 +237,8 @@ class Loop:
         drift = self.sb.fix_drift()
         if drift:
             self.reporter.note(f"the host changed under the sandbox: {drift.summary()}")
-        head, recent = self.sb.git.before(self.sb.record.base_ref)
-        start = _Start(head, now_iso(), time.monotonic())
+        _, recent = self.sb.git.before(self.sb.record.base_ref)
+        start = _Start(self.sb.tip, now_iso(), time.monotonic())
         net_start = self.net.offsets() if self.net else None
         self._tally = Tally()
         self._killed = None
@@ -321,9 +324,10 @@ class Loop:
         """Tag the iteration's end, store its record and update the registry."""
         rec_ = self.sb.record
         ended, self._ended = self._ended, None
-        head, changed, commits, total = ended or self.sb.git.after(
-            rec_.iter_ref(n), start.head, rec_.base_ref
-        )
+        if ended is None:  # the sandbox's own iteration ref, for humans in `so shell`
+            with contextlib.suppress(SoError):
+                self.sb.git.after(rec_.iter_ref(n), start.head, rec_.base_ref)
+        head, changed, commits, total = self._recorded(n, start.head)
         status = specs.parse_status(self.sb.read_file(specs.STATUS))
         rec = IterationRecord(
             n=n,
@@ -343,6 +347,21 @@ class Loop:
         self.sb.store.write_iteration(self.sb.record.id, rec)
         self.sb.save(iterations=n, commits=total)
         return rec
+
+    def _recorded(self, n: int, since: str) -> tuple[str, list[str], list[str], int]:
+        """The iteration as the host records it: the sandbox's HEAD taken into the vault
+        (verified data), then files and commits counted there — never numbers or refs
+        the agent could have staged. An unreadable HEAD keeps the previous commit."""
+        vault = self.sb.vault
+        try:
+            head = self.sb.take()
+        except SoError as exc:
+            self.reporter.note(f"iteration {n}: {exc}; the previous commit stays under review")
+            head = since
+        vault.keep(f"iter/{n}", head)
+        base = self.sb.record.base_commit
+        listed = vault.git("rev-list", "--reverse", f"{since}..{head}").stdout.split()
+        return head, vault.changed(since, head), listed, vault.count(base, head)
 
     def _agent_error(self, rec: IterationRecord) -> str | None:
         if rec.killed:

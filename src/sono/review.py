@@ -16,40 +16,37 @@ from sono import proc
 from sono.errors import SoError
 from sono.sandbox import Sandbox, remove_sandbox
 from sono.state import STOPPED
-from sono.workspace import host_git, inspect_host, require_clean
+from sono.textsafe import for_terminal, one_line
+from sono.vault import valid_commit_id
+from sono.workspace import GIT_SAFE, host_git, inspect_host, require_clean
 
 _ITER = re.compile(r"^iter-?(\d+)$")
 
 
 def resolve_rev(sandbox: Sandbox, rev: str) -> str:
-    """``iter-N`` / ``base`` / any commit-ish → a commit id in the sandbox repo."""
+    """``iter-N`` / ``base`` → the commit so recorded for it; any other commit-ish is
+    looked up inside the sandbox (the human named it) and checked to be a commit id."""
     rec = sandbox.record
     match = _ITER.match(rev)
     if rev == "base" or (match and int(match.group(1)) == 0):
-        target = rec.base_ref
-    elif match:
-        target = rec.iter_ref(int(match.group(1)))
-    else:
-        target = rev
-    out = sandbox.git("rev-parse", "--verify", "-q", f"{target}^{{commit}}", check=False)
-    if out.returncode != 0:
+        return rec.base_commit
+    if match:
+        return sandbox.iteration_commit(int(match.group(1)))
+    out = sandbox.git("rev-parse", "--verify", "-q", f"{rev}^{{commit}}", check=False)
+    commit = out.stdout.strip()
+    if out.returncode != 0 or not valid_commit_id(commit):
         raise SoError(
-            f"{rev!r} is not a commit or iteration of sandbox {rec.id}; "
+            f"{one_line(rev, 80)!r} is not a commit or iteration of sandbox {rec.id}; "
             f"see `so diff {rec.id} --stat` and `so shell {rec.id} -- git log`"
         )
-    return out.stdout.strip()
+    return commit
 
 
 def diff_range(sandbox: Sandbox, iteration: int | None) -> tuple[str, str]:
+    """The recorded commits a review compares: base..tip, or one iteration's."""
     if iteration is None:
-        return sandbox.record.base_ref, "HEAD"
-    end = resolve_rev(sandbox, f"iter-{iteration}")
-    start = (
-        resolve_rev(sandbox, f"iter-{iteration - 1}")
-        if iteration > 1
-        else resolve_rev(sandbox, "base")
-    )
-    return start, end
+        return sandbox.record.base_commit, sandbox.tip
+    return sandbox.iteration_commit(iteration - 1), sandbox.iteration_commit(iteration)
 
 
 def drift_notes(sandbox: Sandbox) -> list[str]:
@@ -60,10 +57,8 @@ def drift_notes(sandbox: Sandbox) -> list[str]:
     if drift:
         notes.append(f"the host changed under sandbox {sandbox.record.id}: {drift.summary()}")
     if sandbox.record.drift:
-        changed = set(
-            sandbox.git("diff", "--name-only", sandbox.record.base_ref, "HEAD").stdout.split()
-        )
-        both = [p for p in sandbox.record.drift if p in changed]
+        changed = set(sandbox.vault.changed(sandbox.record.base_commit, sandbox.tip))
+        both = [one_line(p, 80) for p in sandbox.record.drift if p in changed]
         if both:
             notes.append(
                 f"{', '.join(both[:5])} changed on the host after sandbox {sandbox.record.id} "
@@ -73,11 +68,13 @@ def drift_notes(sandbox: Sandbox) -> list[str]:
 
 
 def diff_text(sandbox: Sandbox, *, iteration: int | None, stat: bool, color: bool) -> str:
+    """The diff of the recorded commits, computed on the host from the vault, and safe for
+    a terminal (sandbox bytes made inert; only git's own colours kept)."""
     start, end = diff_range(sandbox, iteration)
-    args = ["diff", "--no-ext-diff", "--no-textconv", f"--color={'always' if color else 'never'}"]
+    args = [f"--color={'always' if color else 'never'}"]
     if stat:
         args.append("--stat")
-    return sandbox.git(*args, start, end).stdout
+    return for_terminal(sandbox.vault.diff(start, end, *args), sgr=color)
 
 
 def show_diff(
@@ -96,7 +93,13 @@ def show_diff(
     if command is None:
         sys.stdout.write(text)
         return
-    with subprocess.Popen(command, stdin=subprocess.PIPE) as child:
+    try:
+        child = subprocess.Popen(command, stdin=subprocess.PIPE)
+    except OSError as exc:
+        print(f"so: pager {command[0]!r} failed ({exc.strerror}); the diff:", file=sys.stderr)
+        sys.stdout.write(text)
+        return
+    with child:
         assert child.stdin is not None
         try:
             child.stdin.write(text.encode())
@@ -116,14 +119,22 @@ def reset(sandbox: Sandbox, rev: str) -> str:
     if sandbox.record.live_status() == "running":
         raise SoError(f"sandbox {sandbox.record.id} is running; stop it first (Ctrl-C)")
     commit = resolve_rev(sandbox, rev)
-    sandbox.git("reset", "-q", "--hard", commit)
-    sandbox.git("clean", "-q", "-fd")
+    move_to(sandbox, commit)
     sandbox.save(
         status=STOPPED,
-        stop_reason=f"reset to {rev}",
-        commits=len(sandbox.git.commits(sandbox.record.base_ref)),
+        stop_reason=f"reset to {one_line(rev, 80)}",
+        commits=sandbox.vault.count(sandbox.record.base_commit, sandbox.tip),
     )
     return commit
+
+
+def move_to(sandbox: Sandbox, commit: str) -> None:
+    """Hard-reset the sandbox to ``commit`` and record it as the commit under review."""
+    sandbox.git("reset", "-q", "--hard", commit)
+    sandbox.git("clean", "-q", "-fd")
+    taken = sandbox.take()
+    if taken != commit:
+        raise SoError(f"sandbox {sandbox.record.id} did not move to {commit[:12]}; try again")
 
 
 @dataclass(frozen=True)
@@ -136,76 +147,127 @@ class MergeResult:
 
 
 def merge(sandbox: Sandbox, *, commit: bool, keep: bool) -> MergeResult:
-    """Squash the sandbox branch onto the host's current branch; on conflict restore the host."""
+    """Squash exactly the reviewed change (base..tip, both recorded by so) onto the host's
+    current branch; on conflict restore the host. The sandbox repo is not consulted."""
     rec = sandbox.record
     host = inspect_host(Path(rec.project))
     require_clean(host, action="merge", hint=" before merging")
     notes = drift_notes(sandbox)
-    commits = sandbox.git.commits(rec.base_ref)
-    if not sandbox.git.commits(rec.host_head):
-        raise SoError(f"nothing to merge: sandbox {rec.id} has no commits since it started")
-    tip = _import_commits(sandbox)
-    conflicts = _predict_conflicts(host.root, tip)
+    tip, base, vault = sandbox.tip, rec.base_commit, sandbox.vault
+    count = vault.count(base, tip)
+    if tip == base or not vault.changed(rec.host_head, tip):
+        raise SoError(f"nothing to merge: sandbox {rec.id} has no changes since it started")
+    shown = vault.changed(base, tip)
+    risky = [f for f in shown if runs_code(f)]
+    if risky:
+        names = ", ".join(one_line(f, 80) for f in risky[:5])
+        notes.append(
+            f"the sandbox changed files that run code in git, hooks, CI, your editor, "
+            f"so or your agents ({names}{' …' if len(risky) > 5 else ''}): read them before "
+            "you commit, push or run anything"
+        )
+    squash = _import_change(sandbox, tip)
+    conflicts = _predict_conflicts(host.root, squash)
     if conflicts:
         raise SoError(_conflict_message(rec.id, f"conflicts in {', '.join(conflicts[:5])}"))
     saved = _merge_state(host.root)
-    # A squash creates no commit, but git insists on an identity up front.
-    ident = (
-        []
-        if host_git(host.root, "config", "user.email", check=False).stdout.strip()
-        else ["-c", "user.name=so", "-c", "user.email=so@localhost"]
-    )
-    result = host_git(host.root, *ident, "merge", "--squash", "--no-verify", tip, check=False)
+    result = host_git(host.root, *_IDENT, "merge", "--squash", "--no-verify", squash, check=False)
     if result.returncode != 0:
         conflicts = host_git(host.root, "diff", "--name-only", "--diff-filter=U").stdout.split()
         _restore(host.root, saved)
         what = (
-            f"conflicts in {', '.join(conflicts[:5])}"
+            f"conflicts in {', '.join(one_line(c, 80) for c in conflicts[:5])}"
             if conflicts
-            else (result.stderr.strip().splitlines() or ["git merge failed"])[-1]
+            else one_line((result.stderr.strip().splitlines() or ["git merge failed"])[-1])
         )
         raise SoError(_conflict_message(rec.id, what))
-    files = host_git(host.root, "diff", "--cached", "--name-only").stdout.split()
-    risky = [f for f in files if runs_code(f)]
-    if risky:
-        notes.append(
-            f"the sandbox changed files that run code in git, hooks or CI ({', '.join(risky[:5])}"
-            f"{' …' if len(risky) > 5 else ''}): read them before you commit or push"
-        )
+    if host.head == base and _staged_tree(host.root) != _tree(host.root, tip):
+        _restore(host.root, saved)
+        raise SoError(f"merge of {rec.id} staged something other than the reviewed change; "
+                      "your repository is exactly as it was")
+    out = host_git(host.root, "diff", "--cached", "--no-renames", "--name-only", "-z").stdout
+    files = [f for f in out.split("\0") if f]
     if commit:
-        message = (
-            f"so: squash of sandbox {rec.id} ({len(commits)} commit(s))\n\n"
-            + sandbox.git.out("log", "--format=* %s", f"{rec.host_head}..HEAD")
+        subjects = "".join(f"* {one_line(s)}\n" for s in vault.subjects(base, tip)[:200])
+        message = f"so: squash of sandbox {rec.id} ({count} commit(s))\n\n{subjects}"
+        # No hook runs: --no-verify skips pre-commit/commit-msg, hooksPath the others.
+        proc.run(
+            ["git", *GIT_SAFE, "-C", str(host.root), "commit", "-q", "--no-verify", "-F", "-"],
+            input=message,
         )
-        proc.run(["git", "-C", str(host.root), "commit", "-q", "-F", "-"], input=message)
     if not keep:
         remove_sandbox(sandbox)
-    return MergeResult(len(commits), files, commit, host.branch, notes)
+    return MergeResult(count, files, commit, host.branch, notes)
 
 
-# Paths whose content git, hook managers or CI execute: a merge that touches them is flagged.
+# The squash's parent: a throwaway commit; only the host user's own identity is recorded.
+_IDENT = ("-c", "user.name=so", "-c", "user.email=so@localhost")
+
+
+def _tree(root: Path, commit: str) -> str:
+    return host_git(root, "rev-parse", f"{commit}^{{tree}}").stdout.strip()
+
+
+def _staged_tree(root: Path) -> str:
+    return host_git(root, "write-tree").stdout.strip()
+
+
+# Paths whose content runs without anyone asking: git (attributes, submodules), hook
+# managers, CI, direnv, editors' tasks, so's own and the agents' project config (hooks,
+# MCP servers, plugins). A merge that touches them is flagged before anything happens.
 RUNS_CODE = (
     ".gitattributes",
+    "*/.gitattributes",
     ".gitmodules",
-    ".github/workflows/*",
-    ".github/actions/*",
+    ".github/*",
     ".gitlab-ci.yml",
+    ".gitlab/*",
     ".circleci/*",
     ".travis.yml",
     ".buildkite/*",
     "azure-pipelines.yml",
-    "Jenkinsfile",
+    "jenkinsfile",
     ".husky/*",
     ".githooks/*",
     ".pre-commit-config.yaml",
+    ".pre-commit-hooks.yaml",
     ".lefthook.yml",
     "lefthook.yml",
+    ".lefthook/*",
+    ".envrc",
+    "*/.envrc",
+    ".env",
+    ".so/*",
+    ".claude/*",
+    "claude.md",
+    ".mcp.json",
+    ".codex/*",
+    "agents.md",
+    ".opencode/*",
+    "opencode.json",
+    "opencode.jsonc",
+    ".pi/*",
+    ".vscode/*",
+    ".idea/*",
+    ".devcontainer/*",
+    ".npmrc",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".pnpmfile.cjs",
+    ".tool-versions",
+    ".mise.toml",
+    "mise.toml",
+    ".python-version",
+    ".nvmrc",
+    "direnv.toml",
 )
 
 
 def runs_code(path: str) -> bool:
-    name = path.rsplit("/", 1)[-1]
-    return name == ".gitattributes" or any(fnmatch.fnmatchcase(path, p) for p in RUNS_CODE)
+    """Whether a merged path is one that runs code on its own (case-insensitive, so a
+    ``.GitAttributes`` on a case-insensitive disk counts too)."""
+    folded = path.casefold()
+    return any(fnmatch.fnmatchcase(folded, p) for p in RUNS_CODE)
 
 
 def _conflict_message(sandbox_id: str, what: str) -> str:
@@ -227,24 +289,38 @@ def _predict_conflicts(root: Path, tip: str) -> list[str]:
     return [line for line in probe.stdout.splitlines()[1:] if line.strip()] or ["unknown"]
 
 
-def _import_commits(sandbox: Sandbox) -> str:
-    """Move the sandbox's commits into the host object store as pure data (a bundle):
-    nothing from the sandbox repo's config, hooks or attributes runs on the host."""
+def _import_change(sandbox: Sandbox, tip: str) -> str:
+    """Move the reviewed commit from the vault into the host's object store as pure data
+    (a bundle) and return a commit with the reviewed tree whose only parent is the
+    recorded base: git's merge base then comes from the host's own history, never from
+    ancestry the agent wrote, so the squash applies exactly base..tip."""
     rec = sandbox.record
-    name = f"so-merge-{secrets.token_hex(4)}.bundle"
-    # Relative to the workspace root, where every sandbox command starts.
-    sandbox.git("bundle", "create", "-q", f".git/{name}", rec.branch, f"^{rec.host_head}")
-    bundle = sandbox.git_dir / name
+    vault = sandbox.vault
+    vault.keep("merge", tip)
+    scratch = sandbox.dir / "tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    bundle = scratch / f"so-merge-{secrets.token_hex(4)}.bundle"
+    refs = ["refs/so/merge"]
+    if rec.base_commit != rec.host_head and vault.has_commit(rec.base_commit):
+        vault.keep("base", rec.base_commit)  # so's snapshot of a dirty host tree
+        refs.append("refs/so/base")
+    root = Path(rec.project)
+    made = vault.git("bundle", "create", "-q", str(bundle), *refs, f"^{rec.host_head}", check=False)
     try:
-        if bundle.is_symlink() or not bundle.is_file():
-            raise SoError(f"sandbox {rec.id} produced no readable bundle; try again")
-        out = host_git(Path(rec.project), "bundle", "unbundle", str(bundle)).stdout
+        if made.returncode == 0:
+            host_git(root, "bundle", "unbundle", str(bundle))
     finally:
         bundle.unlink(missing_ok=True)
-    tip = out.split()[0] if out.split() else ""
-    if not re.fullmatch(r"[0-9a-f]{40,64}", tip):
-        raise SoError(f"could not read sandbox {rec.id}'s commits (bundle said {out.strip()!r})")
-    return tip
+    for needed in (tip, rec.base_commit):
+        if host_git(root, "cat-file", "-t", needed, check=False).stdout.strip() != "commit":
+            raise SoError(f"could not bring sandbox {rec.id}'s commits into {root}; try again")
+    tree = _tree(root, tip)
+    message = f"so: sandbox {rec.id} as reviewed"
+    out = host_git(root, *_IDENT, "commit-tree", tree, "-p", rec.base_commit, "-m", message)
+    squash = out.stdout.strip()
+    if not valid_commit_id(squash):
+        raise SoError(f"could not prepare sandbox {rec.id}'s change for merging")
+    return squash
 
 
 MERGE_STATE = (

@@ -16,6 +16,7 @@ from sono.limits import Limits
 from sono.net.session import forwarder_path
 from sono.overlay import Drift, Overlay
 from sono.state import CREATED, SandboxRecord, Store, now_iso
+from sono.vault import Vault, host_objects, seed, take_head
 from sono.workspace import (
     SANDBOX_IDENTITY,
     HostRepo,
@@ -139,6 +140,68 @@ class Sandbox:
         return drift
 
     @property
+    def vault(self) -> Vault:
+        """so's own copy of the sandbox's recorded commits (see :mod:`sono.vault`)."""
+        return Vault(self.dir / "vault.git")
+
+    @property
+    def tip(self) -> str:
+        """The commit under review: what ``so diff`` shows and ``so merge`` merges.
+        A sandbox from before the vault has none recorded: its HEAD is taken now."""
+        return self.record.tip or self.take()
+
+    def take(self) -> str:
+        """Take the sandbox's HEAD into the vault as verified data and record it as the
+        commit under review (after an iteration, a shell, a reset)."""
+        vault, rec = self.vault, self.record
+        if not vault.exists():
+            vault.create(host_objects(Path(rec.project)))
+        known = [c for c in (rec.base_commit, rec.tip) if c and vault.has_commit(c)]
+        tip = take_head(
+            vault,
+            run_inside=lambda argv: self.backend.run(spec=self.spec, argv=argv, check=False),
+            git_dir=self.git_dir,
+            base=rec.base_commit,
+            exclude=known or [rec.host_head],
+            scratch=self.dir / "tmp",
+        )
+        vault.keep("tip", tip)
+        if tip != rec.tip:
+            self.save(tip=tip)
+        return tip
+
+    def record_iteration(self, n: int) -> str:
+        """Take HEAD as the commit at the end of iteration ``n`` (on so's timeline)."""
+        tip = self.take()
+        self.vault.keep(f"iter/{n}", tip)
+        return tip
+
+    def iteration_commit(self, n: int) -> str:
+        """The commit recorded at the end of iteration ``n`` (0: the base)."""
+        if n <= 0:
+            return self.record.base_commit
+        found = self.vault.git("rev-parse", "-q", "--verify", f"refs/so/iter/{n}", check=False)
+        commit = found.stdout.strip()
+        if found.returncode != 0 or not commit:
+            raise SoError(
+                f"'iter-{n}' is not a commit or iteration of sandbox {self.record.id} "
+                f"(no commit recorded for it); see `so diff {self.record.id} --stat`"
+            )
+        return commit
+
+    def shell(self, argv: Sequence[str] = ()) -> int:
+        """Attach the terminal to a shell inside; what the human committed there becomes
+        the commit under review."""
+        code = self.backend.shell(spec=self.spec, argv=argv)
+        try:
+            self.take()
+        except SoError as exc:
+            import sys
+
+            print(f"so: {exc}", file=sys.stderr)
+        return code
+
+    @property
     def git(self) -> SandboxGit:
         return SandboxGit(self.backend, self.spec)
 
@@ -235,6 +298,7 @@ def create_sandbox(
                 host, work, sandbox_id=sandbox_id, exclude=exclude, allow_dirty=allow_dirty
             )
             gitdir = work / ".git"
+        seed(Vault(root / "vault.git"), host.root, gitdir, f"refs/so/{sandbox_id}/base", host.head)
         home = root / "home"
         home.mkdir()
         name, email = SANDBOX_IDENTITY
@@ -259,6 +323,7 @@ def create_sandbox(
             mounts=tuple(dict.fromkeys(all_mounts)),
             workspace_mode=mode,
             network="policy",
+            tip=base,
         )
         sandbox = Sandbox(store.save(record), store, backend, limits)
         (sandbox.net_dir / "sock").mkdir(parents=True)

@@ -94,6 +94,9 @@ class SandboxRecord:
     workspace_mode: str = "copy"  # "overlay": copy-on-write over the project
     network: str = "host"  # "policy": no network but so's proxy and model gateway
     drift: tuple[str, ...] = ()  # host paths that changed under the overlay (reported)
+    # The commit under review: taken from the sandbox into so's vault and verified there
+    # after every iteration, shell and reset. Diff and merge use it, never a sandbox ref.
+    tip: str = ""
 
     @property
     def branch(self) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fakes import fake_sandbox
-from helpers import git, make_repo
+from helpers import make_repo
 from sono.commands.step import between
 from sono.sandbox import Sandbox
 from sono.state import IterationRecord
@@ -20,7 +20,7 @@ def iteration(tmp_path: Path) -> tuple[Sandbox, IterationRecord]:
     before = sb.git.head()
     (sb.work / "a.txt").write_text("changed\n")
     sb.git.commit_all("iteration 1 work")
-    sb.git("update-ref", sb.record.iter_ref(1), "HEAD")
+    sb.record_iteration(1)
     after = sb.git.head()
     rec = IterationRecord(
         n=1,
@@ -82,4 +82,4 @@ def test_reset_this_iteration(tmp_path: Path) -> None:
     assert sb.git.head() == rec.head_before
     assert (sb.work / "a.txt").read_text() == "a\n" and not (sb.work / "junk.txt").exists()
     # The iteration's ref stays on the timeline.
-    assert git(sb.work, "rev-parse", sb.record.iter_ref(1)) == rec.head_after
+    assert sb.iteration_commit(1) == rec.head_after  # the timeline keeps the iteration

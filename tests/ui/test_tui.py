@@ -97,7 +97,7 @@ def add_sandbox(
         for name, text in files.items():
             (sb.work / name).write_text(text)
         sb.git.commit_all(f"change {n}")
-        sb.git("update-ref", sb.record.iter_ref(n), "HEAD")
+        sb.record_iteration(n)
     sb.save(iterations=len(changes), commits=len(changes), status=status, created=created)
     world.ids.append(sb.record.id)
     return sb

@@ -113,4 +113,4 @@ def _continue(args: argparse.Namespace, sandbox_id: str, count: str) -> None:
 
 def _shell(sandbox: Sandbox) -> int:
     with c.serving(sandbox):
-        return sandbox.backend.shell(spec=sandbox.spec)
+        return sandbox.shell()

@@ -16,4 +16,4 @@ def run(args: argparse.Namespace) -> int:
     sandbox.limits = c.enforceable_limits(cfg, sandbox.backend)
     sandbox.files = c.extra_files(cfg)
     with c.serving(sandbox, cfg):
-        return sandbox.backend.shell(spec=sandbox.spec, argv=command)
+        return sandbox.shell(command)

@@ -19,7 +19,7 @@ from sono import proc, specs
 from sono.commands.launch import launch
 from sono.errors import SoError
 from sono.loop import StepDecision, StepHook
-from sono.review import diff_text, show_diff
+from sono.review import diff_text, move_to, show_diff
 from sono.sandbox import Sandbox
 from sono.state import IterationRecord
 
@@ -43,8 +43,7 @@ def edit_text(text: str, editor: str | None = None) -> str:
 
 def undo_iteration(sandbox: Sandbox, rec: IterationRecord) -> None:
     """Back to where this iteration started; its ref stays on the timeline."""
-    sandbox.git("reset", "-q", "--hard", rec.head_before)
-    sandbox.git("clean", "-q", "-fd")
+    move_to(sandbox, rec.head_before)
 
 
 def between(

@@ -432,4 +432,4 @@ def _shell(sandbox: Sandbox) -> int:
     from sono.commands._common import serving
 
     with serving(sandbox):
-        return sandbox.backend.shell(spec=sandbox.spec)
+        return sandbox.shell()

@@ -19,6 +19,7 @@ from sono.errors import SoError
 from sono.loop import LoopResult, Reporter
 from sono.sandbox import Sandbox
 from sono.state import SandboxRecord, Store
+from sono.textsafe import one_line
 
 # A symbol as well as a colour: the status must read the same with NO_COLOR.
 STATUS_MARK = {
@@ -72,20 +73,22 @@ def parse_shortstat(text: str) -> str:
 
 
 def diff_stat(sandbox: Sandbox) -> str:
-    out = sandbox.git.out("diff", "--shortstat", sandbox.record.base_ref, "HEAD")
+    out = sandbox.vault.diff(sandbox.record.base_commit, sandbox.tip, "--shortstat")
     return parse_shortstat(out)
 
 
 def timeline(sandbox: Sandbox) -> list[tuple[int, str]]:
-    """``(n, subject of the commit iter-n points at)``, oldest first, one git call."""
-    prefix = f"refs/so/{sandbox.record.id}/iter/"
-    out = sandbox.git.out("for-each-ref", "--format=%(refname) %(subject)", prefix)
+    """``(n, subject of the commit recorded for iteration n)``, oldest first, one git
+    call on so's vault (never the sandbox's own refs)."""
+    prefix = "refs/so/iter/"
+    fmt = "--format=%(refname)%00%(subject)"
+    out = sandbox.vault.git("for-each-ref", fmt, prefix).stdout
     entries = []
     for line in out.splitlines():
-        ref, _, subject = line.partition(" ")
+        ref, _, subject = line.partition("\0")
         tail = ref.removeprefix(prefix)
         if tail.isdigit():
-            entries.append((int(tail), subject))
+            entries.append((int(tail), one_line(subject, 120)))
     return sorted(entries)
 
 
@@ -93,10 +96,12 @@ def reset_targets(sandbox: Sandbox) -> list[tuple[str, str]]:
     """``(rev, label)``: the iterations (newest first), base, then each commit since base."""
     targets = [(f"iter-{n}", f"iter-{n}  {subject}") for n, subject in reversed(timeline(sandbox))]
     targets.append(("base", "base  (where the sandbox started)"))
-    log = sandbox.git.out("log", "--format=%h %s", f"{sandbox.record.base_ref}..HEAD")
-    for line in log.splitlines():
-        commit, _, subject = line.partition(" ")
-        targets.append((commit, f"{commit}  {subject}"))
+    rng = f"{sandbox.record.base_commit}..{sandbox.tip}"
+    log = sandbox.vault.git("log", "-z", "--format=%H %s", rng).stdout
+    for entry in log.split("\0"):
+        commit, _, subject = entry.partition(" ")
+        if commit:
+            targets.append((commit, f"{commit[:12]}  {one_line(subject, 120)}"))
     return targets
 
 
