@@ -249,7 +249,7 @@ class DockerBackend:
             import docker.errors
 
             try:
-                client = docker.from_env(timeout=30)
+                client = _client_without_credentials(docker)
                 client.ping()
             except docker.errors.DockerException as exc:
                 where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
@@ -612,3 +612,22 @@ def _pump(stream: Any, on_line: Callable[[str], None]) -> None:
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:160] if text else type(exc).__name__
+
+
+def _client_without_credentials(docker: Any) -> Any:
+    """A client for ``DOCKER_HOST`` (or the default socket) that never reads the user's
+    ``~/.docker/config.json``: so pulls nothing from registries, so it needs none of the
+    credentials there (and a malformed file must not break so)."""
+    import tempfile
+
+    saved = os.environ.get("DOCKER_CONFIG")
+    with tempfile.TemporaryDirectory(prefix="so-docker-config-") as empty:
+        Path(empty, "config.json").write_text("{}\n")  # found first: no fallback to ~/.docker
+        os.environ["DOCKER_CONFIG"] = empty
+        try:
+            return docker.from_env(timeout=30)
+        finally:
+            if saved is None:
+                os.environ.pop("DOCKER_CONFIG", None)
+            else:
+                os.environ["DOCKER_CONFIG"] = saved
