@@ -120,7 +120,7 @@ def test_the_evil_change_is_what_is_shown_when_a_replace_ref_hides_it(
 
 def test_iteration_refs_in_the_sandbox_do_not_change_the_timeline(tmp_path: Path) -> None:
     user = HostileUser.make(tmp_path)
-    script = f"""set -e
+    script = """set -e
 n=$SO_ITERATION
 echo "step $n" > "step$n.txt" && git add -A && git commit -qm "step $n"
 if [ "$n" = 2 ]; then
