@@ -74,7 +74,8 @@ def _patch_from_diff(text: str) -> str:
 
 def _staged_patch(repo: Path) -> str:
     out = subprocess.run(
-        ["git", "-C", str(repo), "diff", "--cached", "--no-renames", "--no-ext-diff", "--no-textconv"],
+        ["git", "-C", str(repo), "diff", "--cached", "--no-renames", "--no-ext-diff"]
+        + ["--no-textconv"],
         capture_output=True,
         text=True,
         check=True,
