@@ -72,10 +72,12 @@ def _patch_from_diff(text: str) -> str:
     return text.strip()
 
 
+STAGED = ("git", "-C")
+
+
 def _staged_patch(repo: Path) -> str:
     out = subprocess.run(
-        ["git", "-C", str(repo), "diff", "--cached", "--no-renames", "--no-ext-diff"]
-        + ["--no-textconv"],
+        [*STAGED, str(repo), "diff", "--cached", "--no-renames", "--no-ext-diff", "--no-textconv"],
         capture_output=True,
         text=True,
         check=True,
