@@ -310,8 +310,9 @@ def native_arch() -> str | None:
     return arch if arch in SYSCALLS and sys.byteorder == "little" else None
 
 
-def build(arch: str) -> Program:
-    """The filter for ``arch`` as a :class:`Program` (see the module docstring)."""
+def build(arch: str, *, deny_errno: int = EPERM) -> Program:
+    """The filter for ``arch`` as a :class:`Program` (see the module docstring);
+    ``deny_errno`` is what denied calls return (tests pick one no kernel path returns)."""
     table = SYSCALLS[arch]
     p = Program()
     p.load(OFFSET_ARCH)
@@ -341,7 +342,7 @@ def build(arch: str) -> Program:
     for persona in PERSONAS_ALLOWED:
         p.jump(BPF_JEQ_K, persona, true="allow")
     p.label("deny")
-    p.ret(RET_ERRNO | EPERM)
+    p.ret(RET_ERRNO | deny_errno)
     p.label("enosys")
     p.ret(RET_ERRNO | ENOSYS)
     p.label("kill")
@@ -351,10 +352,10 @@ def build(arch: str) -> Program:
     return p
 
 
-def filter_program(arch: str | None = None) -> bytes | None:
+def filter_program(arch: str | None = None, *, deny_errno: int = EPERM) -> bytes | None:
     """The assembled filter (struct sock_filter array) for ``arch`` (default: this
     machine), or None on an architecture without a syscall table here."""
     arch = arch or native_arch()
     if arch is None or arch not in SYSCALLS:
         return None
-    return build(arch).assemble()
+    return build(arch, deny_errno=deny_errno).assemble()
