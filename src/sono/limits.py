@@ -464,7 +464,7 @@ _JOIN = (
     'shift; done; shift; exec "$@"'
 )
 # The same in Python: sys.argv[1:] are cgroup.procs files up to "--", then the file to
-# execute and the argument vector it gets (argv[0] included).
+# execute and the argument vector it gets (argv[0] included); it gets no environment.
 _JOIN_PY = (
     "import os, sys\n"
     "args = sys.argv[1:]\n"
@@ -475,7 +475,7 @@ _JOIN_PY = (
     "    except OSError as e:\n"
     "        print(f'so: cannot join cgroup ({e})', file=sys.stderr)\n"
     "        sys.exit(125)\n"
-    "os.execv(args[1], args[2:])\n"
+    "os.execve(args[1], args[2:], {})\n"
 )
 
 
@@ -530,8 +530,10 @@ class CgroupJail:
         the command reaches the shell only as "$@".
 
         With ``executable``, that file is run with ``argv`` as its argument vector
-        (``argv[0]`` only a name): the prefix is then this Python (``-I -S``), as a
-        POSIX shell cannot choose the ``argv[0]`` of what it execs."""
+        (``argv[0]`` only a name) and an empty environment: the prefix is then this
+        Python (``-I -S``), as a POSIX shell cannot choose the ``argv[0]`` of what it
+        execs, and Python adds to the environment it inherits (``LC_CTYPE``, when it
+        coerces the C locale)."""
         if not argv:
             raise ValueError("wrap needs a command")
         procs = [str(leaf / "cgroup.procs") for leaf in self.leaves]

@@ -56,12 +56,17 @@ def upper_file(result: Outcome, name: str) -> str:
 # ------------------------------------------------------------------ host environment
 
 
-def test_no_process_of_an_agent_run_shows_host_env_or_paths(tmp_path: Path) -> None:
+@pytest.mark.parametrize("limits", [(), ("--memory", "512m", "--pids", "256")])
+def test_no_process_of_an_agent_run_shows_host_env_or_paths(
+    tmp_path: Path, limits: tuple[str, ...]
+) -> None:
+    """Also with limits: then a cgroup wrapper starts bwrap."""
     user = HostileUser.make(tmp_path)
     result = user.attack(
         f"{{ {DUMP_PROCS} }} > /workspace/procs.txt; sleep 0.3; {{ {DUMP_PROCS} }} >> "
         "/workspace/procs.txt; cat /proc/1/environ > /workspace/pid1-environ",
         backend="bwrap",
+        extra=limits,
     )
     dump = upper_file(result, "procs.txt")
     # Control: the dump read real processes (pid 1 = bwrap, the agent's own environment).
