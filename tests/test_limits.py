@@ -719,3 +719,22 @@ def test_disk_watch_stop_and_errors(tmp_path: Path) -> None:
     assert time.monotonic() - started < 1  # stop() does not wait out the interval
     with pytest.raises(ValueError):
         DiskWatch(tmp_path, 0, boom)
+
+
+def test_tree_size_counts_each_entry_at_least_entry_min(tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    root.mkdir()
+    for i in range(100):
+        (root / f"e{i}").touch()
+    assert L.tree_size(root, entry_min=4096) >= 101 * 4096
+    assert L.tree_size(root) < 100 * 4096  # empty files allocate nothing
+
+
+def test_wrap_with_executable_sets_argv0(tmp_path: Path) -> None:
+    """bwrap is started as plain "bwrap": its host path stays out of /proc/*/cmdline."""
+    jail = CgroupJail("t", 2, {"pids": tmp_path}, frozenset())
+    (tmp_path / "cgroup.procs").write_text("")
+    show = "print(open('/proc/self/cmdline', 'rb').read().split(bytes(1))[0].decode())"
+    out = proc.run(jail.wrap(["shown-name", "-c", show], executable=sys.executable))
+    assert out.stdout.strip() == "shown-name"
+    assert (tmp_path / "cgroup.procs").read_text().strip().isdigit()  # it joined

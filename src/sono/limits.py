@@ -30,6 +30,7 @@ import re
 import shutil
 import signal
 import stat
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -342,7 +343,9 @@ def _fallback(
 def _disk(limits: Limits, *, fsize: bool) -> Enforcement:
     detail = (
         "DiskWatch measures the blocks allocated under the workspace, on its own filesystem, "
-        f"about every second and stops the sandbox above {_value('disk', limits)}"
+        f"each file, directory or link counted as at least {ENTRY_MIN_BYTES // 1024} KiB "
+        f"(an inode budget), about every second and stops the sandbox above "
+        f"{_value('disk', limits)}"
     )
     if fsize:
         detail += "; RLIMIT_FSIZE caps any single file at the same size (SIGXFSZ)"
@@ -460,6 +463,20 @@ _JOIN = (
     'echo "$$" > "$1" || { echo "so: cannot join cgroup ($1)" >&2; exit 125; }; '
     'shift; done; shift; exec "$@"'
 )
+# The same in Python: sys.argv[1:] are cgroup.procs files up to "--", then the file to
+# execute and the argument vector it gets (argv[0] included); it gets no environment.
+_JOIN_PY = (
+    "import os, sys\n"
+    "args = sys.argv[1:]\n"
+    "while args[0] != '--':\n"
+    "    try:\n"
+    "        with open(args.pop(0), 'w') as f:\n"
+    "            f.write(str(os.getpid()))\n"
+    "    except OSError as e:\n"
+    "        print(f'so: cannot join cgroup ({e})', file=sys.stderr)\n"
+    "        sys.exit(125)\n"
+    "os.execve(args[1], args[2:], {})\n"
+)
 
 
 class CgroupJail:
@@ -506,14 +523,23 @@ class CgroupJail:
             log.warning("cgroup %s: could not set %s", name, ", ".join(sorted(missing)))
         return jail
 
-    def wrap(self, argv: Sequence[str]) -> list[str]:
+    def wrap(self, argv: Sequence[str], *, executable: str | None = None) -> list[str]:
         """``argv`` behind a host /bin/sh prefix that moves itself into the jail and
         execs it (exit status 125, command not run, when joining fails); wrap the whole
         bwrap command line, so bwrap and everything below it are inside. Injection-free:
-        the command reaches the shell only as "$@"."""
+        the command reaches the shell only as "$@".
+
+        With ``executable``, that file is run with ``argv`` as its argument vector
+        (``argv[0]`` only a name) and an empty environment: the prefix is then this
+        Python (``-I -S``), as a POSIX shell cannot choose the ``argv[0]`` of what it
+        execs, and Python adds to the environment it inherits (``LC_CTYPE``, when it
+        coerces the C locale)."""
         if not argv:
             raise ValueError("wrap needs a command")
         procs = [str(leaf / "cgroup.procs") for leaf in self.leaves]
+        if executable is not None:
+            join = [sys.executable, "-I", "-S", "-c", _JOIN_PY]
+            return [*join, *procs, "--", executable, *argv]
         return ["/bin/sh", "-c", _JOIN, "so-cgroup", *procs, "--", *argv]
 
     def procs(self) -> set[int]:
@@ -741,10 +767,18 @@ def rlimit_prefix(limits: Limits, *, nproc: bool, fsize: int | None) -> list[str
 # ---------------------------------------------------------------------------- disk watch
 
 
-def tree_size(path: Path) -> int:
+# What DiskWatch charges at least for every entry (file, directory, link, whiteout): an
+# empty file allocates no block but takes an inode, and a flood of them would exhaust the
+# host filesystem's inodes inside any byte budget. 4 KiB (a block) per inode ties the
+# inode budget to the disk limit: a 1 GiB limit allows 262 144 entries.
+ENTRY_MIN_BYTES = 4096
+
+
+def tree_size(path: Path, *, entry_min: int = 0) -> int:
     """Bytes allocated under ``path`` (st_blocks * 512, so sparse files count what they
-    use): symlinks not followed, other filesystems (mount points) neither counted nor
-    entered, a hard-linked inode counted once. Entries that vanish mid-walk are skipped.
+    use), each entry counted as at least ``entry_min`` bytes: symlinks not followed,
+    other filesystems (mount points) neither counted nor entered, a hard-linked inode
+    counted once. Entries that vanish mid-walk are skipped.
 
     Cost: one lstat per entry — roughly 1-3 µs each in CPython, so ~0.1-0.3 s of CPU per
     100 000 files (a big node_modules).
@@ -753,7 +787,7 @@ def tree_size(path: Path) -> int:
         top = os.lstat(path)
     except OSError:
         return 0
-    total = top.st_blocks * 512
+    total = max(top.st_blocks * 512, entry_min)
     if not stat.S_ISDIR(top.st_mode):
         return total
     dev = top.st_dev
@@ -778,14 +812,15 @@ def tree_size(path: Path) -> int:
                 if st.st_ino in seen:
                     continue
                 seen.add(st.st_ino)
-            total += st.st_blocks * 512
+            total += max(st.st_blocks * 512, entry_min)
             if is_dir:
                 stack.append(entry.path)
     return total
 
 
 class DiskWatch:
-    """A daemon thread that measures ``path`` with :func:`tree_size` and calls
+    """A daemon thread that measures ``path`` with :func:`tree_size` (every entry at
+    least :data:`ENTRY_MIN_BYTES`, so the limit bounds inodes too) and calls
     ``on_exceed(size)`` once, the first time ``size > limit``, then stops.
 
     It waits at least ``interval`` seconds between walks, and at least
@@ -831,7 +866,7 @@ class DiskWatch:
     def _run(self) -> None:
         while not self._stop.is_set():
             began = time.monotonic()
-            size = tree_size(self.path)
+            size = tree_size(self.path, entry_min=ENTRY_MIN_BYTES)
             took = time.monotonic() - began
             self.size = size
             if size > self.limit:

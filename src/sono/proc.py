@@ -64,12 +64,17 @@ def run(
     input: str | None = None,
     check: bool = True,
     timeout: float | None = None,
+    executable: str | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> Completed:
-    """Run to completion, capturing output as text."""
+    """Run to completion, capturing output as text. ``executable``: the file to run
+    when ``argv[0]`` is only the name the program sees; ``pass_fds``: fds it inherits."""
     log.debug("run: %s", shlex.join(argv))
     try:
         proc = subprocess.run(
             list(argv),
+            executable=executable,
+            pass_fds=tuple(pass_fds),
             cwd=cwd,
             env=dict(env) if env is not None else None,
             input=input,
@@ -90,12 +95,23 @@ def run(
 
 
 def interactive(
-    argv: Sequence[str], *, cwd: Path | None = None, env: Mapping[str, str] | None = None
+    argv: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    executable: str | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> int:
     """Run attached to the user's terminal (shell, pager, interactive agent)."""
     log.debug("interactive: %s", shlex.join(argv))
     try:
-        proc = subprocess.Popen(list(argv), cwd=cwd, env=dict(env) if env is not None else None)
+        proc = subprocess.Popen(
+            list(argv),
+            executable=executable,
+            pass_fds=tuple(pass_fds),
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+        )
     except FileNotFoundError as exc:
         raise SoError(f"command not found: {argv[0]} (is it installed and on PATH?)") from exc
     while True:
@@ -131,6 +147,8 @@ def stream(
     timeout: float | None = None,
     stderr_to: IO[bytes] | None = None,
     stop: Callable[[], str | None] | None = None,
+    executable: str | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> Streamed:
     """Run in its own process group, feeding each stdout line to ``on_line``.
 
@@ -144,6 +162,8 @@ def stream(
     try:
         proc = subprocess.Popen(
             list(argv),
+            executable=executable,
+            pass_fds=tuple(pass_fds),
             cwd=cwd,
             env=dict(env) if env is not None else None,
             stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,

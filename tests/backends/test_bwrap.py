@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 
 from sono.backends.base import Mount, SandboxSpec
-from sono.backends.bwrap import BwrapBackend, BwrapOptions, bwrap_argv, userns_fix
+from sono.backends.bwrap import (
+    TMPFS_DEFAULTS,
+    BwrapBackend,
+    BwrapOptions,
+    bwrap_argv,
+    launch,
+    shell_git_env,
+    userns_fix,
+)
+from sono.limits import Limits
 from sono.overlay import Overlay
 
 
@@ -155,3 +164,41 @@ def test_home_is_fresh_each_exec(real: tuple[BwrapBackend, SandboxSpec]) -> None
     sh(real, "echo state > ~/left-behind")
     _code, out = sh(real, "ls -A ~")
     assert "left-behind" not in out and ".gitconfig" in out
+
+
+def sized_tmpfs(argv: list[str]) -> dict[str, int]:
+    return {argv[i + 3]: int(argv[i + 1]) for i, a in enumerate(argv) if a == "--size"}
+
+
+def test_argv_sizes_every_tmpfs(tmp_path: Path) -> None:
+    argv = argv_for(tmp_path)
+    tmpfs = {argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"}
+    assert sized_tmpfs(argv) == dict(TMPFS_DEFAULTS)
+    assert tmpfs == set(TMPFS_DEFAULTS)  # /dev/shm over --dev's unsized one
+    assert argv.index("--tmpfs", argv.index("--dev")) == argv.index("/dev/shm") - 1
+    limited = argv_for(tmp_path, limits=Limits(disk=64 * 1024**2))
+    assert set(sized_tmpfs(limited).values()) == {64 * 1024**2}
+
+
+def test_launch_shows_only_bwrap_and_the_command(tmp_path: Path) -> None:
+    full = argv_for(tmp_path)
+    sep = full.index("--")
+    with launch(full[0], full[1:sep], full[sep + 1 :], b"\0" * 8) as started:
+        assert started.argv[:2] == ("bwrap", "--args")
+        assert started.argv[4:] == tuple(full[sep + 1 :])
+        assert str(tmp_path) not in " ".join(started.argv)
+        args_fd, seccomp_fd = int(started.argv[2]), started.fds[0]
+        data = os.pread(args_fd, 1 << 20, 0).split(b"\0")
+        assert data[:-1] == [*map(os.fsencode, full[1:sep]), b"--seccomp", b"%d" % seccomp_fd]
+        assert os.pread(seccomp_fd, 64, 0) == b"\0" * 8
+    for fd in started.fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+
+
+def test_shell_git_env_is_well_formed() -> None:
+    env = shell_git_env()
+    count = int(env["GIT_CONFIG_COUNT"])
+    keys = [env[f"GIT_CONFIG_KEY_{i}"] for i in range(count)]
+    assert {"core.hooksPath", "core.fsmonitor", "credential.helper"} <= set(keys)
+    assert env["GIT_PAGER"] and env["GIT_ASKPASS"] == ""

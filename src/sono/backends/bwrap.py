@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import logging
 import os
 import re
 import shlex
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from sono import proc
+from sono.backends import seccomp
 from sono.backends.base import Health, SandboxSpec
 from sono.errors import SoError
 from sono.limits import (
@@ -39,6 +41,8 @@ from sono.limits import (
 )
 from sono.net.session import FORWARDER_INSIDE, INSIDE_DIR, forwarder_argv, proxy_env
 from sono.overlay import remove_tree, static_obstacle
+
+log = logging.getLogger("sono.backends.bwrap")
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
 ETC_FILES = (
@@ -80,6 +84,34 @@ PROC_MASKED = (
     "/proc/kallsyms",
 )
 MIN_VERSION = (0, 11, 0)
+GiB = 1024**3
+# Each tmpfs is host RAM: without a disk limit each gets a cap of its own (with one, the
+# disk limit). bwrap cannot set nr_inodes; the kernel's default for a tmpfs is half the
+# RAM pages, and the files' memory counts against a memory limit.
+TMPFS_DEFAULTS: Mapping[str, int] = {"/tmp": 2 * GiB, "/home": 2 * GiB, "/dev/shm": GiB // 2}
+# Git settings for the human's `so shell`: the sandbox's git dir is the agent's, and so is
+# every program its config names. The values are git's own defaults; the environment
+# variables take precedence over any config file (GIT_PAGER also over pager.<command>).
+SHELL_GIT_CONFIG: tuple[tuple[str, str], ...] = (
+    ("core.hooksPath", "/dev/null"),
+    ("core.fsmonitor", "false"),
+    ("core.sshCommand", "ssh"),
+    ("core.attributesFile", "/dev/null"),
+    ("credential.helper", ""),  # empty resets the list of helpers
+    ("commit.gpgSign", "false"),
+    ("tag.gpgSign", "false"),
+    ("log.showSignature", "false"),
+    ("gpg.program", "gpg"),
+    ("gpg.ssh.program", "ssh-keygen"),
+    ("gpg.x509.program", "gpgsm"),
+    ("protocol.ext.allow", "never"),
+)
+SHELL_GIT_ENV: Mapping[str, str] = {
+    "GIT_PAGER": "less",
+    "GIT_EDITOR": "vi",
+    "GIT_SEQUENCE_EDITOR": "vi",
+    "GIT_ASKPASS": "",  # set and empty: git asks on the terminal, runs nothing
+}
 # Copies the credential seed into the fresh tmpfs HOME, starts the network forwarder when
 # asked (agent runs and shells; so's own git commands need no network), then becomes the
 # real command.
@@ -133,9 +165,36 @@ def bwrap_argv(
     etc_dir: Path,
     host_root: Path = Path("/"),
 ) -> list[str]:
-    """The full bwrap command line for one exec. Pure apart from probing which host dirs exist."""
+    """The full bwrap command line for one exec (binary, options, ``--``, command), as
+    data; :func:`launch` starts it without showing the options. Pure apart from probing
+    which host dirs exist."""
+    options = bwrap_options(spec, env, opts, etc_dir=etc_dir, host_root=host_root)
+    return [opts.bwrap, *options, "--", *sandbox_command(argv)]
+
+
+def sandbox_command(argv: Sequence[str]) -> list[str]:
+    """What bwrap runs: the init script, then ``argv``."""
+    return ["/bin/sh", "-c", INIT, "so-init", *argv]
+
+
+def tmpfs_sizes(limits: Limits | None) -> dict[str, int]:
+    """The size of each tmpfs in the sandbox: the disk limit when there is one, else a
+    default cap — every tmpfs is host RAM."""
+    disk = limits.disk if limits is not None else None
+    return {path: disk or default for path, default in TMPFS_DEFAULTS.items()}
+
+
+def bwrap_options(
+    spec: SandboxSpec,
+    env: Mapping[str, str],
+    opts: BwrapOptions,
+    *,
+    etc_dir: Path,
+    host_root: Path = Path("/"),
+) -> list[str]:
+    """bwrap's options for one exec, without the binary and the command."""
+    sizes = tmpfs_sizes(spec.limits)
     args = [
-        opts.bwrap,
         "--unshare-user",
         "--disable-userns",  # no nested user namespaces: no unshare -r, no fake root
         "--uid",
@@ -161,19 +220,26 @@ def bwrap_argv(
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     for name in sorted(etc_files(spec)):
         args += ["--ro-bind", str(etc_dir / name), f"/etc/{name}"]
-    if spec.limits is not None and spec.limits.disk is not None:
-        args += ["--size", str(spec.limits.disk)]  # applies to the next --tmpfs: /tmp
+    # --size applies to the next --tmpfs. /dev/shm comes unsized with --dev: replaced.
     args += [
+        "--size",
+        str(sizes["/tmp"]),
         "--tmpfs",
         "/tmp",
         "--proc",
         "/proc",
         "--dev",
         "/dev",
+        "--size",
+        str(sizes["/dev/shm"]),
+        "--tmpfs",
+        "/dev/shm",
         "--dir",
         "/var/tmp",
         "--dir",
         "/run",
+        "--size",
+        str(sizes["/home"]),
         "--tmpfs",
         "/home",
         "--dir",
@@ -200,7 +266,60 @@ def bwrap_argv(
         full_env |= proxy_env()
     for key in sorted(full_env):
         args += ["--setenv", key, full_env[key]]
-    return [*args, "--", "/bin/sh", "-c", INIT, "so-init", *argv]
+    return args
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One bwrap, ready to start: ``argv`` is ``bwrap --args N -- <command>`` (the
+    options, seccomp filter included, are read from fd N, so no host path or value shows
+    in any ``/proc/*/cmdline`` inside), ``executable`` the real binary, ``fds`` what it
+    must inherit (bwrap closes them before the command runs). Start it with
+    :data:`LAUNCH_ENV`: bwrap is the sandbox's pid 1 and keeps the environment it was
+    started with, readable in ``/proc/1/environ``."""
+
+    argv: tuple[str, ...]
+    executable: str
+    fds: tuple[int, ...]
+
+
+LAUNCH_ENV: Mapping[str, str] = {}
+
+
+@contextlib.contextmanager
+def launch(
+    executable: str, options: Sequence[str], command: Sequence[str], seccomp: bytes | None
+) -> Iterator[Launch]:
+    """A :class:`Launch` whose fds (memory files) are closed on exit."""
+    fds: list[int] = []
+    try:
+        if seccomp is not None:
+            fds.append(_memfd("so-seccomp", seccomp))
+            options = [*options, "--seccomp", str(fds[-1])]
+        fds.append(_memfd("so-bwrap-args", _nul_separated(options)))
+        yield Launch(("bwrap", "--args", str(fds[-1]), "--", *command), executable, tuple(fds))
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name)  # close-on-exec: only pass_fds hands it to bwrap
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _nul_separated(args: Sequence[str]) -> bytes:
+    if any("\0" in a for a in args):
+        raise SoError("a sandbox argument contains a NUL byte")
+    return b"".join(os.fsencode(a) + b"\0" for a in args)
 
 
 def workspace_args(spec: SandboxSpec) -> list[str]:
@@ -284,7 +403,8 @@ class BwrapBackend:
             (etc / name).write_text(text)
         spec.home_seed.mkdir(parents=True, exist_ok=True)
 
-    def _argv(
+    @contextlib.contextmanager
+    def _launch(
         self,
         spec: SandboxSpec,
         argv: Sequence[str],
@@ -292,13 +412,15 @@ class BwrapBackend:
         *,
         new_session: bool = True,
         forward: bool = False,
-    ) -> list[str]:
+    ) -> Iterator[Launch]:
         if not self._etc_dir(spec).is_dir():
             self.create(spec=spec)
         opts = BwrapOptions(
             self.binary(), new_session=new_session, hostname=f"so-{spec.id}", forward=forward
         )
-        return bwrap_argv(spec, argv, env, opts, etc_dir=self._etc_dir(spec))
+        options = bwrap_options(spec, env, opts, etc_dir=self._etc_dir(spec))
+        with launch(opts.bwrap, options, sandbox_command(argv), _seccomp()) as started:
+            yield started
 
     def exec(
         self,
@@ -310,9 +432,17 @@ class BwrapBackend:
         timeout: float | None,
         on_line: Callable[[str], None],
     ) -> proc.Streamed:
-        with own_workdir(spec) as spec_, limited(spec_) as limiter:
+        with (
+            own_workdir(spec) as spec_,
+            limited(spec_) as limiter,
+            self._launch(spec_, limiter.inner(argv), env, forward=True) as started,
+        ):
+            outer, executable = limiter.outer(started)
             return proc.stream(
-                limiter.outer(self._argv(spec_, limiter.inner(argv), env, forward=True)),
+                outer,
+                executable=executable,
+                pass_fds=started.fds,
+                env=LAUNCH_ENV,
                 on_line=on_line,
                 stdin_text=stdin_text,
                 timeout=timeout,
@@ -327,15 +457,35 @@ class BwrapBackend:
         check: bool = True,
         env: Mapping[str, str] | None = None,
     ) -> proc.Completed:
-        with own_workdir(spec) as spec_:
-            return proc.run(self._argv(spec_, argv, env or {}), check=check)
+        with own_workdir(spec) as spec_, self._launch(spec_, argv, env or {}) as started:
+            return proc.run(
+                started.argv,
+                executable=started.executable,
+                pass_fds=started.fds,
+                env=LAUNCH_ENV,
+                check=check,
+            )
 
     def shell(self, *, spec: SandboxSpec, argv: Sequence[str] = ()) -> int:
-        env = {"TERM": os.environ.get("TERM", "xterm"), "PS1": f"(so:{spec.id}) \\w\\$ "}
+        env = {
+            "TERM": os.environ.get("TERM", "xterm"),
+            "PS1": f"(so:{spec.id}) \\w\\$ ",
+            **shell_git_env(),
+        }
         command = list(argv) or ["/bin/bash", "--norc", "-i"]
-        with own_workdir(spec) as spec_, limited(spec_) as limiter:
-            full = self._argv(spec_, limiter.inner(command), env, new_session=False, forward=True)
-            return proc.interactive(limiter.outer(full))
+        # No new session: job control needs the terminal; the seccomp filter keeps
+        # TIOCSTI (typing into that terminal) out of reach.
+        with (
+            own_workdir(spec) as spec_,
+            limited(spec_) as limiter,
+            self._launch(
+                spec_, limiter.inner(command), env, new_session=False, forward=True
+            ) as started,
+        ):
+            outer, executable = limiter.outer(started)
+            return proc.interactive(
+                outer, executable=executable, pass_fds=started.fds, env=LAUNCH_ENV
+            )
 
     def destroy(self, *, spec: SandboxSpec) -> None:
         """Nothing to tear down: bwrap holds no state between execs."""
@@ -399,6 +549,26 @@ class BwrapBackend:
 
 
 _PROBED: dict[tuple[str | None, str], str | None] = {}
+
+
+def shell_git_env() -> dict[str, str]:
+    """Environment for the human's shell that keeps git from running what the agent
+    configured (see :data:`SHELL_GIT_CONFIG`)."""
+    env = dict(SHELL_GIT_ENV)
+    env["GIT_CONFIG_COUNT"] = str(len(SHELL_GIT_CONFIG))
+    for i, (key, value) in enumerate(SHELL_GIT_CONFIG):
+        env[f"GIT_CONFIG_KEY_{i}"] = key
+        env[f"GIT_CONFIG_VALUE_{i}"] = value
+    return env
+
+
+def _seccomp() -> bytes | None:
+    program = seccomp.filter_program()
+    if program is None:
+        log.warning("no seccomp filter for %s: the sandbox runs without one", os.uname().machine)
+    return program
+
+
 _JAILS = itertools.count(1)
 
 
@@ -412,8 +582,12 @@ class Limiter:
     rlimits: tuple[str, ...] = ()
     guard: Guard = field(default_factory=Guard)
 
-    def outer(self, argv: list[str]) -> list[str]:
-        return self.jail.wrap(argv) if self.jail is not None else argv
+    def outer(self, started: Launch) -> tuple[list[str], str | None]:
+        """The command line that starts bwrap (inside the cgroup, when there is one),
+        and the file to execute when ``argv[0]`` is only a name."""
+        if self.jail is None:
+            return list(started.argv), started.executable
+        return self.jail.wrap(started.argv, executable=started.executable), None
 
     def inner(self, argv: Sequence[str]) -> list[str]:
         return [*self.rlimits, *argv]
