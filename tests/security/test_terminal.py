@@ -59,9 +59,7 @@ def _bash_bytes(text: str) -> str:
 
 def attack_script() -> str:
     # A pause after each line: the live view shows the last few lines, a few times a second.
-    lines = [
-        f"printf '%s\\n' {_bash_bytes(f'line {raw} end')}; sleep 0.4" for raw, _, _ in HOSTILE
-    ]
+    lines = [f"printf '%s\\n' {_bash_bytes(f'line {raw} end')}; sleep 0.4" for raw, _, _ in HOSTILE]
     tool = {
         "type": "assistant",
         "message": {
