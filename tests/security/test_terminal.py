@@ -107,6 +107,17 @@ def assert_inert(out: bytes, *, visible: bool = True) -> str:
     return text
 
 
+def make_user(tmp_path: Path) -> HostileUser:
+    user = HostileUser.make(tmp_path)
+    # The Docker SDK raises on the canary ~/.docker/config.json (its "auth" is not base64);
+    # this suite is about the terminal, so that file holds a decodable canary here.
+    config = user.home / ".docker" / "config.json"
+    auth = base64.b64encode(b"u:" + user.canaries["~/.docker/config.json"].encode()).decode()
+    config.write_text(json.dumps({"auths": {"r.example": {"auth": auth}}}))
+    user.commit({"attack.sh": attack_script()}, "the agent")
+    return user
+
+
 def tty_env(user: HostileUser) -> dict[str, str]:
     env = {k: v for k, v in user.env.items() if k not in ("NO_COLOR", "PAGER")}
     return {**env, "TERM": "xterm-256color", "COLUMNS": "200", "LINES": "50"}
@@ -115,8 +126,7 @@ def tty_env(user: HostileUser) -> dict[str, str]:
 @pytest.fixture
 def attacked(tmp_path: Path, backend: str) -> tuple[HostileUser, bytes]:
     """The attack run by ``so run`` on a pty (the live view, no -q); its terminal bytes."""
-    user = HostileUser.make(tmp_path)
-    user.commit({"attack.sh": attack_script()}, "the agent")
+    user = make_user(tmp_path)
     argv = [SO, "run", "-s", backend, "-H", "custom", "--agent-cmd", "bash /workspace/attack.sh"]
     with PtySession([*argv, "-i", "1", "--yes"], env=tty_env(user), cwd=user.project) as term:
         out = term.finish(timeout=240)
@@ -179,8 +189,7 @@ def test_review_tui_shows_logs_diff_timeline_inert(
 
 
 def test_step_summary_shows_file_names_visibly(tmp_path: Path, backend: str) -> None:
-    user = HostileUser.make(tmp_path)
-    user.commit({"attack.sh": attack_script()}, "the agent")
+    user = make_user(tmp_path)
     argv = [SO, "step", "-s", backend, "-H", "custom", "--agent-cmd", "bash /workspace/attack.sh"]
     env = {**tty_env(user), "TERM": "dumb"}  # the plain reporter and the numbered menu
     with PtySession([*argv, "-i", "2"], env=env, cwd=user.project) as term:

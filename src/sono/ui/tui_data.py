@@ -140,7 +140,8 @@ TAIL_LINES = 2000  # a screen of logs, not a whole multi-megabyte run
 
 def _tail(path: Path) -> list[str]:
     try:
-        with path.open(encoding="utf-8", errors="replace") as fh:
+        # Lines end at "\n" only: a carriage return is shown (^M), not a line break.
+        with path.open(encoding="utf-8", errors="replace", newline="\n") as fh:
             return list(deque(fh, maxlen=TAIL_LINES))
     except FileNotFoundError:
         return []
