@@ -67,7 +67,8 @@ def run(
     executable: str | None = None,
     pass_fds: Sequence[int] = (),
 ) -> Completed:
-    """Run to completion, capturing output as text. ``executable``: the file to run
+    """Run to completion, capturing output as text (undecodable bytes replaced, newlines
+    untouched). ``executable``: the file to run
     when ``argv[0]`` is only the name the program sees; ``pass_fds``: fds it inherits."""
     log.debug("run: %s", shlex.join(argv))
     try:
@@ -77,10 +78,8 @@ def run(
             pass_fds=tuple(pass_fds),
             cwd=cwd,
             env=dict(env) if env is not None else None,
-            input=input,
+            input=None if input is None else input.encode(),
             capture_output=True,
-            text=True,
-            errors="replace",
             timeout=timeout,
             check=False,
         )
@@ -88,7 +87,10 @@ def run(
         raise SoError(f"command not found: {argv[0]} (is it installed and on PATH?)") from exc
     except subprocess.TimeoutExpired as exc:
         raise SoError(f"command timed out after {timeout}s: {shlex.join(argv)}") from exc
-    result = Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+    # Decoded as is: no newline translation, so a "\r" from the sandbox stays a "\r" (and
+    # shows as ^M on a terminal) instead of turning into a line that was never there.
+    out, err = (b.decode(errors="replace") for b in (proc.stdout, proc.stderr))
+    result = Completed(tuple(argv), proc.returncode, out, err)
     if check and proc.returncode != 0:
         raise CommandError(result)
     return result

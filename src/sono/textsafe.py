@@ -19,7 +19,17 @@ import re
 
 # A CSI SGR sequence: ESC [ params m. Anything else starting with ESC is neutralised.
 _SGR = re.compile(r"\x1b\[([0-9;:]*)m")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# C0 (but newline and tab), DEL, C1; the bidi controls (embeddings, overrides, isolates,
+# marks) that reorder what is shown; zero-width characters that hide a difference (the
+# zero-width joiner stays: emoji need it); line/paragraph separators; lone surrogates
+# (undecodable bytes: printing them would raise).
+_CONTROL = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b\u200c\u200e\u200f\u2028-\u202e"
+    "\u2060-\u2064\u2066-\u2069\ufeff\ud800-\udfff]"
+)
+# For file names, also every other non-ASCII character: a look-alike letter must not pass
+# for the name the reviewer expects (as git's core.quotePath does).
+_NAME = re.compile(r"[^\x20-\x7e]")
 # SGR parameters kept: reset, bold, faint, italic, underline, reverse, their resets, and
 # colours (30-37, 39, 40-47, 49, 90-97, 100-107; 38/48 with 5;n or 2;r;g;b).
 _PLAIN = {0, 1, 2, 3, 4, 7, 21, 22, 23, 24, 27, 39, 49}
@@ -81,4 +91,14 @@ def one_line(text: str, limit: int = 200) -> str:
     """A single safe line (names, messages, errors): controls visible, newlines too,
     cut at ``limit`` characters."""
     flat = for_terminal(text.replace("\n", "\\n").replace("\t", " "))
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return _cut(flat, limit)
+
+
+def file_name(name: str, limit: int = 200) -> str:
+    """A file name as one safe line where every character that is not printable ASCII
+    is visible (``<U+00E9>``, ``^[``): two names that look alike never read alike."""
+    return _cut(_NAME.sub(_visible, name), limit)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -204,3 +204,20 @@ def test_config_says_which_backend_auto_picks_and_why(repo: Path) -> None:
     assert data["sandbox"]["value"] == "auto" and data["sandbox"]["resolved"] == "bwrap"
     assert "no Docker engine" in data["sandbox"]["why"]
     assert "sandbox now:  bwrap (auto → bwrap" in so("config", cwd=repo, env=env).stdout
+
+
+def test_error_lines_show_sandbox_text_inert(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An error may quote the sandbox's git output: it reaches the terminal visible."""
+    from sono.commands import clean
+    from sono.errors import SoError
+
+    def fail(_args: object) -> int:
+        raise SoError("git failed: \x1b]52;c;eA==\x07 \x1b[8mhidden \x9b2J\nsecond line")
+
+    monkeypatch.setattr(clean, "run", fail)
+    assert main(["clean"]) == 1
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x9b" not in err and "\x07" not in err
+    assert "so: error: git failed: ^[]52;c;eA==^G ^[[8mhidden <U+009B>2J\nsecond line" in err

@@ -87,3 +87,13 @@ def test_the_fast_path_prints_what_the_full_parser_prints(
         assert capsys.readouterr().out == slow
     statuses = {r["id"]: r["status"] for r in json.loads(slow)}
     assert statuses == {"proj-0001": "created", "proj-0002": "stopped"}
+
+
+def test_table_shows_record_strings_inert() -> None:
+    """A record's strings (a project named by a cloned repo, a tampered registry file)
+    reach the terminal as one visible line per cell."""
+    rec = record(project_name="evil\x1b]0;title\x07\x9b2J\u202e", harness="x\x1b[8mhid")
+    text = table([rec])
+    assert "\x1b" not in text and "\x9b" not in text and "\u202e" not in text
+    assert "evil^[]0;title^G<U+009B>2J<U+202E>" in text and "x^[[8mhid" in text
+    assert len(text.splitlines()) == 2

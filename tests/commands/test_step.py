@@ -9,7 +9,7 @@ import pytest
 
 from fakes import fake_sandbox
 from helpers import make_repo
-from sono.commands.step import between
+from sono.commands.step import between, numstat_lines
 from sono.sandbox import Sandbox
 from sono.state import IterationRecord
 
@@ -83,3 +83,32 @@ def test_reset_this_iteration(tmp_path: Path) -> None:
     assert (sb.work / "a.txt").read_text() == "a\n" and not (sb.work / "junk.txt").exists()
     # The iteration's ref stays on the timeline.
     assert sb.iteration_commit(1) == rec.head_after  # the timeline keeps the iteration
+
+
+def test_summary_shows_hostile_file_names_visibly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sb, rec = iteration(tmp_path)
+    (sb.work / "evil\x1b]52;c;eA==\x07\u202e.txt").write_text("x\ny\n")
+    (sb.work / "caf\u00e9.txt").write_bytes(b"\x00\x01binary")
+    sb.git.commit_all("more")
+    sb.record_iteration(1)
+    asked = answers("s")
+    between(sb, rec, lambda _q: next(asked))
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\u202e" not in out and "\x07" not in out
+    assert " evil^[]52;c;eA==^G<U+202E>.txt  +2 -0" in out
+    assert " caf<U+00E9>.txt  (binary)" in out
+    assert " a.txt  +1 -1" in out
+    assert " 3 file(s) changed, +3 -1" in out
+
+
+def test_numstat_lines() -> None:
+    out = "1\t2\ta.txt\0-\t-\tbin\0" + "0\t0\t\0old\x1b.txt\0new\u00e9.txt\0"
+    assert numstat_lines(out) == [
+        " a.txt  +1 -2",
+        " bin  (binary)",
+        " old^[.txt → new<U+00E9>.txt  +0 -0",
+        " 3 file(s) changed, +1 -2",
+    ]
+    assert numstat_lines("") == []

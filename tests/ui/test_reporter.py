@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 from rich.console import Console
 
-from sono.events import Text, ToolCall, Usage
+from sono.events import Error, Result, Text, ToolCall, ToolResult, Usage
 from sono.loop import LoopResult
 from sono.state import IterationRecord
 from sono.ui.reporter import JsonReporter, LiveReporter, PlainReporter, render_event
@@ -88,3 +89,70 @@ def test_live_reporter_shows_progress_and_table() -> None:
     rep.run_ended(RESULT)
     text = buf.getvalue()
     assert "iteration 1: 2.5s" in text and "tokens in" in text and "total" in text
+
+
+HOSTILE_TEXT = (
+    "ok \x1b]52;c;ZXZpbA==\x07 \x1b]0;title\x07 \x1b[8mhidden\x1b[0m safe\rEVIL "
+    "\x1b[2K \x9b2J \u202eRLO [bold red]MARKUP[/] [link=https://x.example]L[/link]"
+)
+HOSTILE_EVENTS = (
+    ToolCall(name="Bash\x1b]0;t\x07", summary="ls \x1b[8mhid"),
+    Text(text=HOSTILE_TEXT + "\nsecond line \x1b[31mred"),
+    ToolResult(ok=False, summary="bad \x1b]52;c;eA==\x07"),
+    Error(message="boom \x1b[8mhid\nnext"),
+    Result(ok=False, text="fail \x9b2J"),
+)
+
+
+def raw_controls(text: str) -> list[str]:
+    """Control characters of the agent's that would act on a terminal."""
+    return [c for c in text if (ord(c) < 0x20 and c not in "\n") or 0x7F <= ord(c) <= 0x9F]
+
+
+def test_plain_reporter_shows_agent_controls_inert() -> None:
+    out = io.StringIO()
+    rep = PlainReporter(out)
+    for event in HOSTILE_EVENTS:
+        rep.event(event)
+    rep.note("denied \x1b]0;host\x07:443")
+    text = out.getvalue()
+    assert not raw_controls(text) and "\u202e" not in text
+    assert "^[]52;c;ZXZpbA==^G" in text and "safe^MEVIL" in text and "<U+009B>2J" in text
+    assert "→ Bash^[]0;t^G: ls ^[[8mhid" in text and "✗ boom ^[[8mhid\\nnext" in text
+    assert "denied ^[]0;host^G:443" in text
+    assert len(text.splitlines()) == 6  # one line per event, whatever the agent sent
+
+
+def test_render_event_first_line_only() -> None:
+    assert render_event(Text(text="\n  one\r\ntwo")) == "   · one"
+
+
+def test_live_reporter_shows_agent_text_inert_and_literal() -> None:
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=300, color_system="truecolor")
+    rep = LiveReporter(console)
+    rep.iteration_started(1, 1, "proj-1234")
+    for event in HOSTILE_EVENTS:
+        rep.event(event)
+    frame = Console(file=io.StringIO(), force_terminal=True, width=300, color_system="truecolor")
+    frame.print(rep.render())
+    screen = frame.file.getvalue()  # type: ignore[attr-defined]
+    rep.note("net \x1b]0;host\x07")
+    rep.run_ended(LoopResult("done", (record(1),), 1, "[bold]why[/] \x1b]0;t\x07"))
+    for text in (screen, buf.getvalue()):  # the frame, and the terminal's whole stream
+        assert "\x1b]" not in text and "\x1b[8m" not in text and "\x9b" not in text
+        assert "\rEVIL" not in text and "\x1b[2K " not in text
+    assert raw_controls(re.sub(r"\x1b\[[0-9;]*m", "", screen)) == []  # bar so's styles
+    assert re.search(r"\x1b\[[0-9;]*m", screen)  # the control: so's styles still there
+    assert "[bold red]MARKUP[/] [link=https://x.example]L[/link]" in screen
+    assert "safe^MEVIL" in screen and "second line ^[[31mred" in screen
+    assert "→ Bash^[]0;t^G: ls ^[[8mhid" in screen
+    assert "net ^[]0;host^G" in buf.getvalue() and "[bold]why[/] ^[]0;t^G" in buf.getvalue()
+
+
+def test_json_reporter_escapes_c1_and_bidi() -> None:
+    out = io.StringIO()
+    JsonReporter(out).event(Text(text="a\x9bb\u202ec\x1b]0;t\x07 é"))
+    line = out.getvalue()
+    assert line.isascii() and "\\u009b" in line and "\\u202e" in line
+    assert json.loads(line)["text"] == "a\x9bb\u202ec\x1b]0;t\x07 é"  # nothing lost

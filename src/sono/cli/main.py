@@ -240,7 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = module.run(args)
     except SoError as exc:
-        print(f"so: error: {exc}", file=sys.stderr)
+        from sono.textsafe import for_terminal  # an error may quote the sandbox's output
+
+        print(f"so: error: {for_terminal(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("so: interrupted", file=sys.stderr)
@@ -252,7 +254,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         log = Path(tempfile.gettempdir()) / f"so-crash-{os.getpid()}.log"
         log.write_text(traceback.format_exc())
-        print(f"so: unexpected error ({sys.exc_info()[1]!r}); traceback in {log}", file=sys.stderr)
+        from sono.textsafe import one_line
+
+        crash = one_line(repr(sys.exc_info()[1]), 400)
+        print(f"so: unexpected error ({crash}); traceback in {log}", file=sys.stderr)
         return 3
     return code
 

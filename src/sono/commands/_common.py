@@ -24,6 +24,7 @@ from sono.loop import Loop, LoopOptions, LoopResult, Reporter, StepHook
 from sono.net.session import NetSession
 from sono.sandbox import Sandbox
 from sono.state import Store, agents_dir, so_home
+from sono.textsafe import one_line
 from sono.ui.reporter import JsonReporter, PlainReporter
 
 # Per-task default effort (the seed's): used when no file, env var or flag sets one and
@@ -364,8 +365,11 @@ def summarize(args: argparse.Namespace, sandbox: Sandbox, result: LoopResult) ->
         )
         return
     print(
-        f"so: {result.outcome}: {result.message} (sandbox {sid}, "
-        f"{len(result.iterations)} iteration(s))",
+        one_line(
+            f"so: {result.outcome}: {result.message} (sandbox {sid}, "
+            f"{len(result.iterations)} iteration(s))",
+            400,
+        ),
         file=sys.stderr,
     )
     print(

@@ -9,6 +9,7 @@ import time
 
 # `so list` must start fast: sono.home only (no argparse, dataclasses, harness, backend).
 from sono.home import home_dir, pid_alive
+from sono.textsafe import one_line
 
 TYPE_CHECKING = False  # typing itself costs start-up time
 if TYPE_CHECKING:
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 
     from sono.state import SandboxRecord
 
+COUNTS = ("iterations", "commits")
 EMPTY = "no sandboxes yet: start one with `so run` (or try `so demo`)"
 
 
@@ -64,16 +66,13 @@ def table(records: list[SandboxRecord]) -> str:
 
 
 def render(records: list[dict[str, Any]]) -> str:
+    """The table for a terminal: every cell one safe line (a record's strings reach the
+    terminal only through :func:`sono.textsafe.one_line`)."""
     header = ("ID", "PROJECT", "HARNESS", "BACKEND", "STATUS", "ITER", "COMMITS", "AGE")
+    keys = ("id", "project_name", "harness", "backend", "status", "iterations", "commits")
     rows = [header] + [
         (
-            str(r.get("id")),
-            str(r.get("project_name")),
-            str(r.get("harness")),
-            str(r.get("backend")),
-            str(r.get("status")),
-            str(r.get("iterations", 0)),
-            str(r.get("commits", 0)),
+            *(one_line(str(r.get(key, 0 if key in COUNTS else None)), 60) for key in keys),
             age(str(r.get("created", ""))),
         )
         for r in records

@@ -14,6 +14,7 @@ from sono.errors import SoError
 from sono.review import merge, reset, show_diff
 from sono.sandbox import Sandbox, open_sandbox, remove_sandbox
 from sono.state import SandboxRecord
+from sono.textsafe import for_terminal, one_line
 
 ACTIONS = "[d]iff  [s]hell  [r]eset  [c]ontinue  [m]erge  [x] delete  [q]uit"
 
@@ -73,10 +74,8 @@ def _sandbox_keys(args: argparse.Namespace, sandbox_id: str) -> None:
     while True:
         sandbox = open_sandbox(c.store(), sandbox_id)
         rec = sandbox.record
-        print(
-            f"\n{rec.id}: {rec.live_status()}, {rec.iterations} iteration(s), "
-            f"{rec.commits} commit(s)\n{ACTIONS}"
-        )
+        state = f"{rec.id}: {rec.live_status()}, {rec.iterations} iteration(s), {rec.commits}"
+        print(f"\n{one_line(state)} commit(s)\n{ACTIONS}")
         key = input("> ").strip().lower()
         try:
             if key in ("q", "\x1b", ""):
@@ -100,7 +99,7 @@ def _sandbox_keys(args: argparse.Namespace, sandbox_id: str) -> None:
                 remove_sandbox(sandbox)
                 return
         except SoError as exc:
-            print(f"so: error: {exc}")
+            print(f"so: error: {for_terminal(str(exc))}")
 
 
 def _continue(args: argparse.Namespace, sandbox_id: str, count: str) -> None:

@@ -19,9 +19,10 @@ from sono import proc, specs
 from sono.commands.launch import launch
 from sono.errors import SoError
 from sono.loop import StepDecision, StepHook
-from sono.review import diff_text, move_to, show_diff
+from sono.review import diff_range, move_to, show_diff
 from sono.sandbox import Sandbox
 from sono.state import IterationRecord
+from sono.textsafe import file_name
 
 CHOICES = "[c]ontinue, show [d]iff, [e]dit next prompt, [r]eset this iteration, [s]top"
 Ask = Callable[[str], str]
@@ -46,12 +47,43 @@ def undo_iteration(sandbox: Sandbox, rec: IterationRecord) -> None:
     move_to(sandbox, rec.head_before)
 
 
+def change_summary(sandbox: Sandbox, n: int) -> str:
+    """Iteration ``n``'s changed files, one per line. Built from ``--numstat -z`` (names
+    as raw bytes, whatever the sandbox's git config says) and shown with
+    :func:`~sono.textsafe.file_name`: a control or look-alike character in a name is
+    visible, never obeyed."""
+    start, end = diff_range(sandbox, n)
+    out = sandbox.vault.git("diff", "--no-ext-diff", "--numstat", "-z", "-M", start, end).stdout
+    return "\n".join(numstat_lines(out)) or "(no changes)"
+
+
+def numstat_lines(out: str) -> list[str]:
+    """``git diff --numstat -z`` output → `` name  +added -deleted`` lines and a total."""
+    fields = out.split("\0")
+    lines, plus, minus, i = [], 0, 0, 0
+    while i < len(fields) and fields[i].count("\t") >= 2:
+        added, deleted, name = fields[i].split("\t", 2)
+        if not name and i + 2 < len(fields):  # a rename: old and new name follow
+            name = f"{file_name(fields[i + 1])} → {file_name(fields[i + 2])}"
+            i += 2
+        else:
+            name = file_name(name)
+        i += 1
+        if added.isdigit() and deleted.isdigit():
+            plus, minus = plus + int(added), minus + int(deleted)
+            lines.append(f" {name}  +{added} -{deleted}")
+        else:
+            lines.append(f" {name}  (binary)")
+    if lines:
+        lines.append(f" {len(lines)} file(s) changed, +{plus} -{minus}")
+    return lines
+
+
 def between(
     sandbox: Sandbox, rec: IterationRecord, ask: Ask, edit: Callable[[str], str] = edit_text
 ) -> StepDecision:
     """The step dialogue for one iteration (``ask`` prompts and returns the answer)."""
-    stat = diff_text(sandbox, iteration=rec.n, stat=True, color=False).strip()
-    print(f"\niteration {rec.n}: {len(rec.commits)} commit(s)\n{stat or '(no changes)'}")
+    print(f"\niteration {rec.n}: {len(rec.commits)} commit(s)\n{change_summary(sandbox, rec.n)}")
     prompt: str | None = None
     while True:
         answer = ask(f"iteration {rec.n} done: {CHOICES}? ").strip().lower()

@@ -1,5 +1,12 @@
 """Loop progress at the edge: a rich live view on terminals, plain lines elsewhere, JSON
-lines for scripts. All three read the same normalized events and iteration records."""
+lines for scripts. All three read the same normalized events and iteration records.
+
+Event texts, tool calls and notes carry the agent's bytes: each reporter passes them through
+:mod:`sono.textsafe` before they reach the terminal (the plain reporter at its one output
+line, the live view as it stores a line), and the live view builds ``rich.text.Text`` only,
+never markup, so ``[link=…]`` in agent text is just text. JSON lines escape every
+non-ASCII character (C1 controls and bidi overrides included).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +16,9 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, TextIO
 
-from sono.events import Error, Event, Result, Text, ToolCall, ToolResult, Usage, dumps
+from sono.events import Error, Event, Result, Text, ToolCall, ToolResult, Usage
 from sono.state import IterationRecord
+from sono.textsafe import for_terminal, one_line
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -77,20 +85,32 @@ def render_event(event: Event) -> str | None:
     """One plain line for the events a person wants to see scroll by."""
     line: str | None = None
     if isinstance(event, ToolCall):
-        line = f"→ {event.name}: {event.summary}"
+        line = f"→ {one_line(event.name, 60)}: {one_line(event.summary, 160)}"
     elif isinstance(event, ToolResult) and not event.ok:
-        line = f"✗ tool failed: {event.summary}"
+        line = f"✗ tool failed: {one_line(event.summary, 160)}"
     elif isinstance(event, Text) and event.text.strip():
-        line = f"· {event.text.strip().splitlines()[0][:160]}"
+        line = f"· {one_line(first_line(event.text), 160)}"
     elif isinstance(event, Error):
-        line = f"✗ {event.message[:160]}"
+        line = f"✗ {one_line(event.message, 160)}"
     elif isinstance(event, Result):
         line = (
             f"✓ agent finished ({event.num_turns} turns)"
             if event.ok
-            else f"✗ agent reported an error: {event.text[:160]}"
+            else f"✗ agent reported an error: {one_line(event.text, 160)}"
         )
     return None if line is None else f"   {line}"
+
+
+def text_lines(text: str) -> list[str]:
+    """Agent text as safe display lines. Split at newlines only: a carriage return or
+    other control in a line is shown (``^M``), not obeyed or turned into a line break."""
+    lines = (line.removesuffix("\r") for line in text.strip().split("\n"))
+    return [one_line(line, 200) for line in lines if line.strip()]
+
+
+def first_line(text: str) -> str:
+    lines = text_lines(text)
+    return lines[0] if lines else ""
 
 
 class PlainReporter:
@@ -124,7 +144,7 @@ class PlainReporter:
             self._say("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
 
     def _say(self, line: str) -> None:
-        print(line, file=self.out, flush=True)
+        print(for_terminal(line), file=self.out, flush=True)  # the one way out
 
 
 class JsonReporter:
@@ -137,7 +157,7 @@ class JsonReporter:
         self._emit({"kind": "iteration_started", "i": i, "n": n, "sandbox": sandbox_id})
 
     def event(self, event: Event) -> None:
-        print(dumps(event), file=self.out, flush=True)
+        self._emit(event.to_json())
 
     def iteration_ended(self, record: IterationRecord, n: int) -> None:
         self._emit({"kind": "iteration_ended", **record.to_json()})
@@ -188,9 +208,9 @@ class LiveReporter:
 
     def event(self, event: Event) -> None:
         if isinstance(event, ToolCall):
-            self.tool = f"{event.name}: {event.summary}"
+            self.tool = f"{one_line(event.name, 60)}: {one_line(event.summary, 160)}"
         elif isinstance(event, Text) and event.text.strip():
-            self.text.extend(line for line in event.text.strip().splitlines() if line.strip())
+            self.text.extend(text_lines(event.text))
         elif isinstance(event, Usage):
             self.usage = Usage(
                 input_tokens=self.usage.input_tokens + event.input_tokens,
@@ -201,7 +221,7 @@ class LiveReporter:
                 else (self.usage.cost_usd or 0.0) + (event.cost_usd or 0.0),
             )
         elif isinstance(event, Error):
-            self.text.append(f"error: {event.message}")
+            self.text.append(f"error: {one_line(event.message, 200)}")
 
     def render(self) -> RenderableType:
         from rich.panel import Panel
@@ -217,29 +237,38 @@ class LiveReporter:
         body.append("\n→ " + (self.tool or "(no tool call yet)"), style="cyan")
         for line in self.text:
             body.append("\n  " + line[:200], style="dim")
-        return Panel(body, title=f"so · {self.sandbox_id}", title_align="left")
+        title = RichText(f"so · {one_line(self.sandbox_id, 60)}")
+        return Panel(body, title=title, title_align="left")
 
     def iteration_ended(self, record: IterationRecord, n: int) -> None:
         self._stop()
-        self.console.print(summary_line(record), markup=False, highlight=False)
+        self._print(summary_line(record))
 
     def note(self, message: str) -> None:
         if message.startswith("interrupted"):
             self._stop()  # leave the terminal clean before the process exits
-        self.console.print(f"so: {message}", markup=False, highlight=False)
+        self._print(f"so: {message}")
 
     def run_ended(self, result: LoopResult) -> None:
         from rich.table import Table
+        from rich.text import Text as RichText
 
         self._stop()
         if not result.iterations:
             return
-        table = Table(title=f"{result.outcome}: {result.message}", title_justify="left")
+        title = RichText(one_line(f"{result.outcome}: {result.message}"))
+        table = Table(title=title, title_justify="left")
         for name in TABLE_HEADER:
             table.add_column(name, justify="right")
         for row in table_rows(result.iterations):
-            table.add_row(*row)
+            table.add_row(*(RichText(cell) for cell in row))
         self.console.print(table)
+
+    def _print(self, line: str) -> None:
+        """so's own lines: no markup, no highlighting, and controls shown, not obeyed."""
+        from rich.text import Text as RichText
+
+        self.console.print(RichText(for_terminal(line)), highlight=False)
 
     def close(self) -> None:
         self._stop()

@@ -28,6 +28,7 @@ from sono.loop import LoopResult, Reporter
 from sono.review import MergeResult, merge, reset
 from sono.sandbox import Sandbox, open_sandbox, remove_sandbox
 from sono.state import SandboxRecord, Store
+from sono.textsafe import file_name, one_line
 from sono.ui import tui_data as data
 from sono.ui.tui_screens import (
     AskNumberScreen,
@@ -132,19 +133,20 @@ class MainScreen(Screen[None]):
         self.place_cursor(keep)
         self.load_stats()
 
-    def cells(self, rec: SandboxRecord) -> tuple[Text | str, ...]:
+    def cells(self, rec: SandboxRecord) -> tuple[Text, ...]:
+        """Every cell a ``Text`` (a plain string in a DataTable would be read as markup)."""
         from sono.commands.list import age
 
         label, style = data.status_label(rec.live_status())
         return (
-            rec.id,
-            Text(label, style=style),
-            rec.harness,
-            rec.backend,
-            str(rec.iterations),
-            str(rec.commits),
-            self.stats.get((rec.id, rec.updated), PENDING_STAT),
-            age(rec.created, self.services.now()),
+            cell(rec.id),
+            Text(one_line(label, 40), style=style),
+            cell(rec.harness),
+            cell(rec.backend),
+            cell(str(rec.iterations)),
+            cell(str(rec.commits)),
+            cell(self.stats.get((rec.id, rec.updated), PENDING_STAT)),
+            cell(age(rec.created, self.services.now())),
         )
 
     def place_cursor(self, sandbox_id: str | None) -> None:
@@ -185,9 +187,9 @@ class MainScreen(Screen[None]):
         rec = self.records.get(self.selected_id() or "")
         text = Text()
         if rec is not None:
-            text.append(f"{rec.branch} · {rec.stop_reason or rec.live_status()}")
+            text.append(one_line(f"{rec.branch} · {rec.stop_reason or rec.live_status()}"))
             if rec.last_error:
-                text.append(f"\nerror: {rec.last_error}", style="bold")
+                text.append(f"\nerror: {one_line(rec.last_error)}", style="bold")
         self.query_one("#detail", Static).update(text)
 
     def load_stats(self) -> None:
@@ -217,7 +219,7 @@ class MainScreen(Screen[None]):
         self.stats[(rec.id, rec.updated)] = value
         current = self.records.get(rec.id)
         if current is not None and current.updated == rec.updated:
-            self.query_one(DataTable).update_cell(rec.id, "diff", value, update_width=True)
+            self.query_one(DataTable).update_cell(rec.id, "diff", cell(value), update_width=True)
 
     # --- actions on the selected sandbox ---
 
@@ -349,7 +351,7 @@ class MainScreen(Screen[None]):
         )
 
     def _merged(self, rec: SandboxRecord, result: MergeResult) -> None:
-        files = "\n".join(f"  {f}" for f in result.files[:15])
+        files = "\n".join(f"  {file_name(f)}" for f in result.files[:15])
         more = f"\n  … and {len(result.files) - 15} more" if len(result.files) > 15 else ""
         self.app.push_screen(
             MessageScreen(
@@ -386,8 +388,12 @@ class MainScreen(Screen[None]):
         self.app.push_screen(ConfirmScreen(question), answered)
 
     def done(self, message: str) -> None:
-        self.notify(message)
+        self.notify(one_line(message), markup=False)
         self.reload()
+
+
+def cell(value: str) -> Text:
+    return Text(one_line(value, 80))
 
 
 CSS = """

@@ -2,6 +2,10 @@
 
 Nothing here touches Textual, so it is tested (and reused) without an app. Functions that
 take a ``Sandbox`` run git inside it: call them off the UI thread.
+
+Every string returned here that holds the sandbox's bytes (commit subjects, file names, log
+lines, diff text) has been through :mod:`sono.textsafe`: the screens only wrap it in
+``rich.text.Text`` (never markup).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from sono.errors import SoError
 from sono.loop import LoopResult, Reporter
 from sono.sandbox import Sandbox
 from sono.state import SandboxRecord, Store
-from sono.textsafe import one_line
+from sono.textsafe import file_name, for_terminal, one_line
 
 # A symbol as well as a colour: the status must read the same with NO_COLOR.
 STATUS_MARK = {
@@ -54,7 +58,7 @@ def groups(records: Iterable[SandboxRecord]) -> list[Group]:
     for path, recs in sorted(by_path.items(), key=lambda kv: (kv[1][0].project_name, kv[0])):
         name = recs[0].project_name
         title = f"{name} ({path})" if names.count(name) > 1 else name
-        out.append(Group(title, tuple(recs)))
+        out.append(Group(one_line(title), tuple(recs)))
     return out
 
 
@@ -127,8 +131,11 @@ def event_line(data: dict[str, Any]) -> str:
     else:
         keys = ("text", "message", "path", "line", "model")
         text = next((str(data[k]) for k in keys if data.get(k)), "")
-    short = " ".join(text.split())
-    return f"{kind:<12} {short[:200]}"
+    # Runs of blanks and newlines read as one space; every other control stays visible.
+    return f"{one_line(kind, 40):<12} {one_line(_BLANKS.sub(' ', text.strip()), 200)}"
+
+
+_BLANKS = re.compile(r"[ \t\n]+")
 
 
 TAIL_LINES = 2000  # a screen of logs, not a whole multi-megabyte run
@@ -136,7 +143,8 @@ TAIL_LINES = 2000  # a screen of logs, not a whole multi-megabyte run
 
 def _tail(path: Path) -> list[str]:
     try:
-        with path.open(encoding="utf-8", errors="replace") as fh:
+        # Lines end at "\n" only: a carriage return is shown (^M), not a line break.
+        with path.open(encoding="utf-8", errors="replace", newline="\n") as fh:
             return list(deque(fh, maxlen=TAIL_LINES))
     except FileNotFoundError:
         return []
@@ -153,9 +161,37 @@ def event_lines(store: Store, sandbox_id: str, n: int) -> list[str]:
     return lines or ["(no events recorded)"]
 
 
+RAW_LINE = 2000  # characters of one raw output line shown (the log keeps all of it)
+
+
 def raw_lines(store: Store, sandbox_id: str, n: int) -> list[str]:
-    lines = [line.rstrip("\n") for line in _tail(store.iteration_dir(sandbox_id, n) / "output.log")]
+    path = store.iteration_dir(sandbox_id, n) / "output.log"
+    lines = [one_line(line.removesuffix("\n"), RAW_LINE) for line in _tail(path)]
     return lines or ["(no output recorded)"]
+
+
+# Lines of a diff's file header (between ``diff --git`` and the first hunk) that name files.
+_NAME_LINES = ("diff --git ", "--- ", "+++ ", "rename ", "copy ", "Binary files ")
+DIFF_LINE = 10_000
+
+
+def diff_lines(text: str, limit: int) -> list[str]:
+    """A diff (from git inside the sandbox) as at most ``limit`` safe display lines:
+    controls visible everywhere; in file headers every non-ASCII character too
+    (look-alike file names)."""
+    # Split at newlines only: a carriage return inside a line is shown, not obeyed.
+    lines = text.removesuffix("\n").split("\n") if text else []
+    out: list[str] = []
+    header = False
+    for line in lines[:limit]:
+        header = line.startswith("diff --git ") or (header and not line.startswith("@@"))
+        if header and line.startswith(_NAME_LINES):
+            out.append(file_name(line, DIFF_LINE))
+        else:
+            out.append(for_terminal(line)[:DIFF_LINE])
+    if len(lines) > limit:
+        out.append(f"… {len(lines) - limit} more lines: `so diff` shows them all")
+    return out
 
 
 def continue_loop(

@@ -1,4 +1,9 @@
-"""The review TUI's sub-screens and dialogs: diff, logs, continue progress, confirm, pick."""
+"""The review TUI's sub-screens and dialogs: diff, logs, continue progress, confirm, pick.
+
+Text reaches widgets only as ``rich.text.Text`` (never a markup string) and only after
+:mod:`sono.textsafe`: dialogs sanitise what they are given (an error may quote the
+sandbox's git), the progress screen each event as it arrives.
+"""
 
 from __future__ import annotations
 
@@ -22,8 +27,9 @@ from sono.events import Text as TextEvent
 from sono.review import diff_text
 from sono.sandbox import Sandbox
 from sono.state import IterationRecord, Store
+from sono.textsafe import for_terminal, one_line
 from sono.ui import tui_data as data
-from sono.ui.reporter import summary_line, tokens
+from sono.ui.reporter import summary_line, text_lines, tokens
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -70,8 +76,8 @@ class MessageScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(Text(self.heading, style="bold"), classes="heading")
-            yield Static(Text(self.message))
+            yield Static(Text(one_line(self.heading), style="bold"), classes="heading")
+            yield Static(Text(for_terminal(self.message)))
             yield Static("enter/esc: close", classes="hint")
 
 
@@ -87,7 +93,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(Text(self.question))
+            yield Static(Text(for_terminal(self.question)))
             yield Static("y: yes   n/esc: no", classes="hint")
 
     def action_answer(self, yes: bool) -> None:
@@ -104,7 +110,7 @@ class AskNumberScreen(ModalScreen[int | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(Text(self.question))
+            yield Static(Text(for_terminal(self.question)))
             yield Input(value=str(self.default), type="integer", id="number")
             yield Static("enter: ok   esc: cancel", classes="hint")
 
@@ -131,8 +137,10 @@ class PickScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog tall"):
-            yield Static(Text(self.heading, style="bold"))
-            yield OptionList(*(Option(Text(label), id=key) for key, label in self.choices))
+            yield Static(Text(one_line(self.heading), style="bold"))
+            yield OptionList(
+                *(Option(Text(one_line(label)), id=key) for key, label in self.choices)
+            )
             yield Static("↑↓: move   enter: pick   esc: cancel", classes="hint")
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
@@ -196,10 +204,7 @@ class DiffScreen(Screen[None]):
     def _diff(self, iteration: int | None, text: str) -> None:
         if iteration != self.wanted:
             return  # a later pick is on its way; keep the screen consistent with it
-        lines = text.splitlines()
-        if len(lines) > MAX_DIFF_LINES:
-            cut = len(lines) - MAX_DIFF_LINES
-            lines = [*lines[:MAX_DIFF_LINES], f"… {cut} more lines: `so diff` shows them all"]
+        lines = data.diff_lines(text, MAX_DIFF_LINES)
         body = "\n".join(lines) if lines else "(no changes)"
         syntax = Syntax(body, "diff", theme="ansi_dark", word_wrap=True, background_color="default")
         self.query_one("#diff", Static).update(syntax)
@@ -301,14 +306,14 @@ class ProgressScreen(Screen[None]):
 
     def event(self, event: Event) -> None:
         if isinstance(event, ToolCall):
-            self.tool = f"{event.name}: {event.summary}"
+            self.tool = f"{one_line(event.name, 60)}: {one_line(event.summary, 160)}"
         elif isinstance(event, TextEvent):
-            self.text.extend(line for line in event.text.strip().splitlines() if line.strip())
+            self.text.extend(text_lines(event.text))
         elif isinstance(event, Usage):
             self.tokens_in += event.input_tokens
             self.tokens_out += event.output_tokens
         elif isinstance(event, Error):
-            self.text.append(f"error: {event.message}")
+            self.text.append(f"error: {one_line(event.message)}")
         self.redraw()
 
     def iteration_ended(self, record: IterationRecord) -> None:
@@ -316,12 +321,13 @@ class ProgressScreen(Screen[None]):
         self.redraw()
 
     def note(self, message: str) -> None:
-        self.text.append(f"so: {message}")
+        self.text.append(f"so: {one_line(message)}")
         self.redraw()
 
     def finished(self, result: LoopResult | None) -> None:
         self.running = False
-        self.outcome = "interrupted" if result is None else f"{result.outcome}: {result.message}"
+        outcome = "interrupted" if result is None else f"{result.outcome}: {result.message}"
+        self.outcome = one_line(outcome)
         self.redraw()
 
     def failed(self) -> None:
