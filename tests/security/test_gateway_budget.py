@@ -11,6 +11,7 @@ scripted model server as the upstream.
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -24,12 +25,11 @@ pytestmark = pytest.mark.integration
 
 # Requests to the gateway from inside; each argument is "METHOD TARGET".
 REQUESTS = r"""
-import json, socket, sys
-body = json.dumps({
-    "model": "claude-sonnet-4-5",
-    "max_tokens": 50,
-    "messages": [{"role": "user", "content": "tell me about the project " * 400}],
-}).encode()
+import socket, sys  # the Docker image's python3 is minimal: no json
+body = (
+    b'{"model": "claude-sonnet-4-5", "max_tokens": 50, "messages": '
+    b'[{"role": "user", "content": "%s"}]}' % (b"tell me about the project " * 400)
+)
 for request in sys.argv[1:]:
     method, target = request.split(" ", 1)
     with socket.create_connection(("127.0.0.1", 3129), timeout=30) as s:
@@ -69,8 +69,14 @@ THREE_CALLS = agent(*["POST /anthropic/v1/messages"] * 3)
 
 
 @pytest.fixture
-def user(tmp_path: Path, model_server: ModelServer) -> HostileUser:
+def user(tmp_path: Path, model_server: ModelServer, backend: str) -> HostileUser:
+    """After ``backend``: the canary ~/.docker/config.json must not meet the test's own
+    Docker client. Its ``auth`` is made valid base64 (Docker's client refuses anything
+    else, and so would stop before the attack)."""
     hostile = HostileUser.make(tmp_path)
+    config = hostile.home / ".docker" / "config.json"
+    secret = base64.b64encode(f"u:{hostile.canaries['~/.docker/config.json']}".encode())
+    config.write_text(json.dumps({"auths": {"r.example": {"auth": secret.decode()}}}))
     hostile.env["ANTHROPIC_BASE_URL"] = model_server.url
     return hostile
 
