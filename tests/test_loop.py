@@ -12,9 +12,13 @@ import pytest
 
 from fakes import fake_sandbox
 from helpers import git, make_repo
+from sono.events import MAX_USAGE_COST, MAX_USAGE_TOKENS, Usage
 from sono.harnesses.base import AgentOptions
 from sono.harnesses.custom import CustomHarness
-from sono.loop import Loop, LoopOptions, LoopResult
+from sono.loop import Loop, LoopOptions, LoopResult, Tally
+from sono.net.policy import NetworkPolicy
+from sono.net.session import NetSession
+from sono.net.usage import Measured
 from sono.sandbox import Sandbox
 from sono.state import Store
 from sono.ui.reporter import PlainReporter
@@ -40,6 +44,7 @@ def run_loop(
     *,
     files: dict[str, str] | None = None,
     iterations: int = 5,
+    net: NetSession | None = None,
     **opts: Any,
 ) -> tuple[Sandbox, LoopResult]:
     files = files or {"specs/prompt.md": "Do it.\n", "specs/implementation-plan.md": PLAN2}
@@ -54,6 +59,7 @@ def run_loop(
         reporter=PlainReporter(io.StringIO()),
         env={},
         host_home=tmp_path / "host-home",
+        net=net,
     )
     return sb, loop.run()
 
@@ -181,6 +187,100 @@ def test_token_budget(tmp_path: Path) -> None:
     assert result.outcome == "exhausted" and len(result.iterations) == 2
     _, result = run_loop(tmp_path / "b", USAGE_LINE + COMMIT_ONE, iterations=2, max_tokens=1100)
     assert result.outcome == "budget" and "token budget" in result.message
+
+
+# An agent that lies about its usage: negative tokens, negative cost.
+FAKE_USAGE_LINE = (
+    'echo \'{"type":"result","subtype":"success","is_error":false,"num_turns":1,'
+    '"result":"ok","total_cost_usd":-5,"usage":{"input_tokens":-1000000,"output_tokens":-1}}\'\n'
+)
+
+
+def metered(tmp_path: Path) -> tuple[NetSession, str]:
+    """A network session whose gateway log the agent script appends to, standing in for
+    the gateway measuring 3000 tokens in and 1000 out of claude-sonnet-4-5 per iteration."""
+    net = NetSession(tmp_path / "net", NetworkPolicy(mode="none"), ())
+    net.dir.mkdir()
+    line = (
+        '{"route": "/anthropic", "model": "claude-sonnet-4-5", "status": 200, '
+        '"input_tokens": 2000, "output_tokens": 1000, "cache_read_tokens": 500, '
+        '"cache_write_tokens": 1000, "refused": null}'
+    )
+    return net, f"echo '{line}' >> {net.usage_log}\n"
+
+
+def test_the_budget_counts_what_the_gateway_measured(tmp_path: Path) -> None:
+    net, gateway = metered(tmp_path)
+    body = gateway + FAKE_USAGE_LINE + COMMIT_ONE
+    sb, result = run_loop(tmp_path / "a", body, iterations=2, net=net, max_tokens=3500)
+    assert result.outcome == "budget" and result.exit_code == 7
+    [rec] = result.iterations
+    assert (rec.tokens_in, rec.tokens_out, rec.tokens_cached) == (3000, 1000, 500)
+    # 2000 x $3 + 1000 writes x $3.75 + 500 reads x $0.30 + 1000 x $15, per million
+    assert rec.cost_usd == pytest.approx(0.0249)
+    assert "token budget exceeded: 4000 > --max-tokens 3500" in (sb.record.stop_reason or "")
+
+
+def test_a_budget_above_the_measured_use_does_not_trip(tmp_path: Path) -> None:
+    net, gateway = metered(tmp_path)
+    body = gateway + FAKE_USAGE_LINE + COMMIT_ONE
+    _, result = run_loop(tmp_path / "a", body, iterations=2, net=net, max_tokens=8001)
+    assert result.outcome == "exhausted" and len(result.iterations) == 2
+
+
+def test_the_cost_budget_counts_the_measured_tokens_at_list_price(tmp_path: Path) -> None:
+    net, gateway = metered(tmp_path)
+    body = gateway + FAKE_USAGE_LINE + COMMIT_ONE
+    _, result = run_loop(tmp_path / "a", body, iterations=2, net=net, max_cost=0.04)
+    assert result.outcome == "budget" and len(result.iterations) == 2
+    assert "cost budget exceeded: $0.0498" in result.message
+
+
+def test_the_agents_figures_count_where_higher(tmp_path: Path) -> None:
+    """Usage the gateway did not see (another model route, say) still counts."""
+    net, gateway = metered(tmp_path)
+    _, result = run_loop(tmp_path / "a", gateway + USAGE_LINE + COMMIT_ONE, iterations=1, net=net)
+    rec = result.iterations[0]
+    assert (rec.tokens_in, rec.tokens_out, rec.cost_usd) == (3000, 1000, 0.75)
+
+
+@pytest.mark.parametrize(
+    ("claimed", "expected"),
+    [
+        (-5, 0),
+        (float("nan"), 0),
+        (float("inf"), 0),
+        (float("-inf"), 0),
+        (10**30, MAX_USAGE_TOKENS),
+        (True, 0),
+        (7.9, 7),
+        (12, 12),
+    ],
+)
+def test_reported_usage_is_bounded(claimed: Any, expected: int) -> None:
+    tally = Tally()
+    tally.add(Usage(input_tokens=claimed, output_tokens=claimed, cached_tokens=claimed))
+    assert (tally.tokens_in, tally.tokens_out, tally.tokens_cached) == (expected,) * 3
+
+
+@pytest.mark.parametrize(
+    ("claimed", "expected"),
+    [(-1.0, 0.0), (float("nan"), 0.0), (float("inf"), 0.0), (1e300, MAX_USAGE_COST), (0.5, 0.5)],
+)
+def test_reported_cost_is_bounded(claimed: float, expected: float) -> None:
+    tally = Tally()
+    tally.add(Usage(cost_usd=claimed))
+    tally.add(Usage(cost_usd=None))
+    assert tally.cost_usd == expected
+
+
+def test_at_least_takes_the_measured_floor() -> None:
+    tally = Tally(tokens_in=10, tokens_out=500, tokens_cached=0, cost_usd=None)
+    seen = Measured(
+        requests=2, input_tokens=100, output_tokens=50, cached_tokens=7, cost_usd=0.25, metered=True
+    )
+    assert tally.at_least(seen) == Tally(100, 500, 7, 0.25)
+    assert Tally(1, 1, 1, None).at_least(Measured()) == Tally(1, 1, 1, None)
 
 
 def test_files_changed_counted(tmp_path: Path) -> None:

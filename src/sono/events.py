@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,13 +66,43 @@ class FileChanged(Event):
     kind: str = field(init=False, default="file_changed")
 
 
+# Bounds on what one Usage event may claim: far above any real model request, low
+# enough that sums stay exact. The agent prints these figures; nothing trusts them more.
+MAX_USAGE_TOKENS = 10**9
+MAX_USAGE_COST = 10_000.0
+
+
 @dataclass(frozen=True)
 class Usage(Event):
+    """Usage as the agent reported it (``input_tokens``: uncached input plus cache
+    writes; ``cached_tokens``: cache reads)."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
     cost_usd: float | None = None
     kind: str = field(init=False, default="usage")
+
+    def bounded(self) -> Usage:
+        """The same report with every figure a finite, non-negative, bounded number."""
+        return Usage(
+            input_tokens=_count(self.input_tokens),
+            output_tokens=_count(self.output_tokens),
+            cached_tokens=_count(self.cached_tokens),
+            cost_usd=None if self.cost_usd is None else _dollars(self.cost_usd),
+        )
+
+
+def _count(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return 0
+    return min(max(int(value), 0), MAX_USAGE_TOKENS)
+
+
+def _dollars(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return 0.0
+    return min(max(float(value), 0.0), MAX_USAGE_COST)
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,10 @@ from sono.errors import SoError
 from sono.events import Event, Raw, Usage, dumps
 from sono.harnesses.base import AgentOptions, EventParser, Harness
 from sono.net.session import NetSession, Offsets
+from sono.net.usage import Measured, measure
 from sono.sandbox import Sandbox
 from sono.state import BLOCKED, DONE, FAILED, RUNNING, STOPPED, IterationRecord, now_iso
+from sono.textsafe import one_line
 
 # Documented exit codes (README "Exit codes").
 EXIT_DONE = 0
@@ -67,7 +69,8 @@ class LoopOptions:
 
 @dataclass
 class Tally:
-    """Usage of one iteration, summed from the harness's Usage events."""
+    """Usage of one iteration, summed from the harness's Usage events (bounded: an agent
+    prints them), then raised to what the model gateway measured (:meth:`at_least`)."""
 
     tokens_in: int = 0
     tokens_out: int = 0
@@ -75,11 +78,26 @@ class Tally:
     cost_usd: float | None = None
 
     def add(self, usage: Usage) -> None:
+        usage = usage.bounded()
         self.tokens_in += usage.input_tokens
         self.tokens_out += usage.output_tokens
         self.tokens_cached += usage.cached_tokens
         if usage.cost_usd is not None:
             self.cost_usd = (self.cost_usd or 0.0) + usage.cost_usd
+
+    def at_least(self, seen: Measured) -> Tally:
+        """Never less than the gateway's own reading of the upstream's answers; the
+        agent's figures count only where they are higher (a model the gateway does not
+        meter, say). Cost: the gateway's list-price floor (:data:`sono.net.usage.PRICES`)."""
+        cost = self.cost_usd
+        if seen.cost_usd > 0:
+            cost = max(cost or 0.0, seen.cost_usd)
+        return Tally(
+            max(self.tokens_in, seen.input_tokens),
+            max(self.tokens_out, seen.output_tokens),
+            max(self.tokens_cached, seen.cached_tokens),
+            cost,
+        )
 
 
 def over_budget(records: Sequence[IterationRecord], opts: LoopOptions) -> str | None:
@@ -276,8 +294,9 @@ class Loop:
         return rec
 
     def _network(self, n: int, start: Offsets | None) -> dict[str, Any]:
-        """The iteration's network record; the gateway's token counts stand in for a
-        harness that reports none (so --max-tokens holds for every agent)."""
+        """The iteration's network record; the usage the budget counts is never less than
+        what the gateway measured (so --max-tokens and --max-cost hold whatever the agent
+        prints)."""
         if self.net is None or start is None:
             return {}
         log = self.net.since(start)
@@ -285,16 +304,33 @@ class Loop:
             shown = ", ".join(sorted({f"{d.get('host')}:{d.get('port')}" for d in log.denied}))
             self.reporter.note(
                 f"iteration {n}: the network policy denied {len(log.denied)} "
-                f"attempt(s): {shown[:200]}"
+                f"attempt(s): {one_line(shown)}"
             )
-        if not (self._tally.tokens_in or self._tally.tokens_out):
-            self._tally.tokens_in, self._tally.tokens_out = log.tokens_in, log.tokens_out
+        refused = [r for r in log.requests if r.get("refused")]
+        if refused:
+            self.reporter.note(
+                f"iteration {n}: the model gateway refused {len(refused)} request(s): "
+                f"{one_line(str(refused[0]['refused']))}"
+            )
+        self._settle(n, measure(log.requests))
         return {
             "net_denied": tuple(log.denied),
             "gateway_requests": len(log.requests),
             "gateway_tokens_in": log.tokens_in,
             "gateway_tokens_out": log.tokens_out,
         }
+
+    def _settle(self, n: int, seen: Measured) -> None:
+        """Raise the iteration's usage to what the gateway measured; say so when the
+        agent reported less."""
+        claimed = self._tally.tokens_in + self._tally.tokens_out
+        measured = seen.input_tokens + seen.output_tokens
+        if seen.metered and claimed < measured and claimed:
+            self.reporter.note(
+                f"iteration {n}: the agent reported {claimed} tokens, the model gateway "
+                f"measured {measured}; the budget counts {measured}"
+            )
+        self._tally = self._tally.at_least(seen)
 
     def _enforce_commit(self, n: int, i: int, start: _Start) -> tuple[int, bool]:
         """Re-prompt the agent to commit a dirty tree; commit what is still left."""
@@ -442,8 +478,10 @@ def _write(fh: IO[str], line: str) -> None:
 
 
 def _parse(parser: EventParser, line: str) -> list[Event]:
-    """A parser bug must never cost the user an iteration: keep the line raw instead."""
+    """A parser bug must never cost the user an iteration: keep the line raw instead.
+    Usage reports come out bounded (shown, stored and summed so)."""
     try:
-        return parser.feed(line)
+        events = parser.feed(line)
     except Exception:  # any parser failure degrades to a raw line
         return [Raw(line=line)]
+    return [e.bounded() if isinstance(e, Usage) else e for e in events]

@@ -27,6 +27,7 @@ from net_helpers import (
     unix_connect,
 )
 
+from sono.net import gateway as gateway_module
 from sono.net.gateway import GatewayThread, Route
 from sono.testing.model_server import ModelServer
 
@@ -43,6 +44,7 @@ USAGE_KEYS = {
     "cache_write_tokens",
     "duration_ms",
     "ttfb_ms",
+    "refused",
 }
 
 
@@ -109,7 +111,7 @@ def assert_placeholder_replaced(headers: dict[str, str]) -> None:
 def test_anthropic_sse_gets_the_real_key_and_usage_is_recorded(
     setup: Setup, model_server: ModelServer
 ) -> None:
-    route = Route("/anthropic", model_server.url, "x-api-key", SECRET)
+    route = Route("/anthropic", model_server.url, "x-api-key", SECRET, "anthropic")
     body = {
         "model": "claude-test",
         "max_tokens": 50,
@@ -146,7 +148,7 @@ def test_anthropic_sse_gets_the_real_key_and_usage_is_recorded(
 
 
 def test_anthropic_json_usage(setup: Setup, model_server: ModelServer) -> None:
-    route = Route("/anthropic", model_server.url, "x-api-key", SECRET)
+    route = Route("/anthropic", model_server.url, "x-api-key", SECRET, "anthropic")
     messages = [
         {"role": "user", "content": "first question " * 20},
         {"role": "assistant", "content": "an answer"},
@@ -170,7 +172,7 @@ def test_anthropic_json_usage(setup: Setup, model_server: ModelServer) -> None:
 def test_openai_responses_sse_uses_bearer_and_records_usage(
     setup: Setup, model_server: ModelServer
 ) -> None:
-    route = Route("/openai", model_server.url + "/v1", "bearer", SECRET)
+    route = Route("/openai", model_server.url + "/v1", "bearer", SECRET, "openai")
     body = {"model": "gpt-test", "input": "say something " * 10, "stream": True}
     with setup.gateway(route):
         response = setup.post("/openai/responses", body)
@@ -196,7 +198,7 @@ def test_openai_responses_sse_uses_bearer_and_records_usage(
 def test_openai_chat_completions_usage(
     setup: Setup, model_server: ModelServer, stream: bool
 ) -> None:
-    route = Route("/openai", model_server.url + "/v1", "bearer", SECRET)
+    route = Route("/openai", model_server.url + "/v1", "bearer", SECRET, "openai")
     body: dict[str, Any] = {
         "model": "gpt-chat",
         "messages": [{"role": "user", "content": "tell me a story " * 10}],
@@ -265,7 +267,9 @@ class HeldStream:
 
 def test_sse_reaches_the_client_before_the_upstream_finishes(setup: Setup) -> None:
     upstream = HeldStream()
-    route = Route("/anthropic", f"http://127.0.0.1:{upstream.port}", "x-api-key", SECRET)
+    route = Route(
+        "/anthropic", f"http://127.0.0.1:{upstream.port}", "x-api-key", SECRET, "anthropic"
+    )
     with setup.gateway(route):
         sock = unix_connect(setup.sock)
         data = b'{"model": "claude-held", "stream": true}'
@@ -297,7 +301,7 @@ def test_sse_reaches_the_client_before_the_upstream_finishes(setup: Setup) -> No
 
 
 def test_chunked_request_body_is_forwarded(setup: Setup, model_server: ModelServer) -> None:
-    route = Route("/anthropic", model_server.url, "x-api-key", SECRET)
+    route = Route("/anthropic", model_server.url, "x-api-key", SECRET, "anthropic")
     body = {
         "model": "claude-chunked",
         "max_tokens": 5,
@@ -323,16 +327,16 @@ def test_chunked_request_body_is_forwarded(setup: Setup, model_server: ModelServ
 def test_large_content_length_body_streams_through(setup: Setup) -> None:
     payload = bytes(range(256)) * 8192  # 2 MiB
     with OriginServer() as origin:
-        route = Route("/other", f"http://127.0.0.1:{origin.port}/base", "bearer", SECRET)
+        route = Route("/other", f"http://127.0.0.1:{origin.port}/base", "bearer", SECRET, "openai")
         head = (
-            f"POST /other/upload?x=1 HTTP/1.1\r\nContent-Length: {len(payload)}\r\n"
+            f"POST /other/responses?x=1 HTTP/1.1\r\nContent-Length: {len(payload)}\r\n"
             f"x-api-key: {PLACEHOLDER}\r\nConnection: keep-alive, x-hop\r\nX-Hop: 1\r\n\r\n"
         )
         with setup.gateway(route):
             response = exchange(setup.sock, head.encode() + payload)
         [seen] = origin.seen
     assert response.status == 200
-    assert response.body == b"origin saw POST /base/upload?x=1\n" + payload
+    assert response.body == b"origin saw POST /base/responses?x=1\n" + payload
     assert seen.body == payload
     assert seen.headers["authorization"] == f"Bearer {SECRET}"
     assert "x-api-key" not in seen.headers
@@ -346,20 +350,23 @@ def test_large_content_length_body_streams_through(setup: Setup) -> None:
 @pytest.mark.parametrize(
     ("head", "status"),
     [
-        ("POST /a/x HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
-        ("POST /a/x HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
-        ("POST /a/x HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", 400),
-        ("POST /a/x HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400),
-        ("GET http://example.com/a/x HTTP/1.1\r\n\r\n", 400),
-        ("POST /a/x HTTP/1.1\r\nContent-Length: 10\r\n\r\nshort", 400),
+        (
+            "POST /a/responses HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+            400,
+        ),
+        ("POST /a/responses HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
+        ("POST /a/responses HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", 400),
+        ("POST /a/responses HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400),
+        ("GET http://example.com/a/responses HTTP/1.1\r\n\r\n", 400),
+        ("POST /a/responses HTTP/1.1\r\nContent-Length: 10\r\n\r\nshort", 400),
         # The body streams: garbage in it shows only after the upstream got the head.
-        ("POST /a/x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
+        ("POST /a/responses HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
     ],
 )
 def test_bad_requests(setup: Setup, head: str, status: int) -> None:
     streamed = "short" in head or "zz" in head
     with OriginServer() as origin:
-        route = Route("/a", f"http://127.0.0.1:{origin.port}", "bearer", SECRET)
+        route = Route("/a", f"http://127.0.0.1:{origin.port}", "bearer", SECRET, "openai")
         with setup.gateway(route), unix_connect(setup.sock) as sock:
             sock.sendall(head.encode())
             sock.shutdown(socket.SHUT_WR)
@@ -375,7 +382,7 @@ def test_bad_requests(setup: Setup, head: str, status: int) -> None:
 
 
 def test_unknown_prefix_is_404_json(setup: Setup, model_server: ModelServer) -> None:
-    route = Route("/anthropic", model_server.url, "x-api-key", SECRET)
+    route = Route("/anthropic", model_server.url, "x-api-key", SECRET, "anthropic")
     with setup.gateway(route):
         response = setup.post("/anthropicx/v1/messages", {"model": "m"})
     assert response.status == 404
@@ -390,7 +397,7 @@ def test_unreachable_upstream_is_502_json(setup: Setup) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # bound, not listening: connection refused
-        route = Route("/anthropic", f"http://127.0.0.1:{port}", "x-api-key", SECRET)
+        route = Route("/anthropic", f"http://127.0.0.1:{port}", "x-api-key", SECRET, "anthropic")
         with setup.gateway(route):
             response = setup.post("/anthropic/v1/messages", {"model": "m"})
     assert response.status == 502
@@ -403,28 +410,29 @@ def test_unreachable_upstream_is_502_json(setup: Setup) -> None:
 def test_longest_prefix_wins(setup: Setup) -> None:
     with OriginServer() as a, OriginServer() as b:
         routes = (
-            Route("/x", f"http://127.0.0.1:{a.port}", "bearer", "key-a"),
-            Route("/x/y", f"http://127.0.0.1:{b.port}", "x-api-key", "key-b"),
+            Route("/x", f"http://127.0.0.1:{a.port}", "bearer", "key-a", "openai"),
+            Route("/x/y", f"http://127.0.0.1:{b.port}", "x-api-key", "key-b", "openai"),
         )
         with setup.gateway(*routes):
-            assert setup.post("/x/y/z", {}).body.startswith(b"origin saw POST /z\n")
-            assert setup.post("/x/z", {}).body.startswith(b"origin saw POST /z\n")
-            assert setup.post("/x", {}).body.startswith(b"origin saw POST /\n")
+            assert setup.post("/x/y/responses", {}).body.startswith(b"origin saw POST /responses")
+            assert setup.post("/x/responses", {}).body.startswith(b"origin saw POST /responses")
+            assert setup.post("/x/models", {}).status == 404  # GET only
         assert [r.headers.get("x-api-key") for r in b.seen] == ["key-b"]
-        assert [r.headers.get("authorization") for r in a.seen] == ["Bearer key-a"] * 2
+        assert [r.headers.get("authorization") for r in a.seen] == ["Bearer key-a"]
 
 
 def test_route_validation_and_repr_hides_the_key() -> None:
-    route = Route("/anthropic", "https://api.anthropic.com", "x-api-key", SECRET)
+    route = Route("/anthropic", "https://api.anthropic.com", "x-api-key", SECRET, "anthropic")
     assert SECRET not in repr(route)
     assert route.target("/anthropic/v1/messages", "beta=true") == "/v1/messages?beta=true"
-    bad: list[tuple[str, str, Any, str]] = [
-        ("anthropic", "https://api.anthropic.com", "x-api-key", "k"),
-        ("/anthropic/", "https://api.anthropic.com", "x-api-key", "k"),
-        ("/a", "ftp://api.anthropic.com", "x-api-key", "k"),
-        ("/a", "https://api.anthropic.com", "basic", "k"),
-        ("/a", "https://api.anthropic.com", "bearer", ""),
-        ("/a", "https://api.anthropic.com", "bearer", "k\r\nX-Injected: 1"),
+    bad: list[tuple[str, str, Any, str, Any]] = [
+        ("anthropic", "https://api.anthropic.com", "x-api-key", "k", "anthropic"),
+        ("/anthropic/", "https://api.anthropic.com", "x-api-key", "k", "anthropic"),
+        ("/a", "ftp://api.anthropic.com", "x-api-key", "k", "anthropic"),
+        ("/a", "https://api.anthropic.com", "basic", "k", "anthropic"),
+        ("/a", "https://api.anthropic.com", "bearer", "", "anthropic"),
+        ("/a", "https://api.anthropic.com", "bearer", "k\r\nX-Injected: 1", "anthropic"),
+        ("/a", "https://api.anthropic.com", "bearer", "k", "any"),
     ]
     for args in bad:
         with pytest.raises(ValueError):
@@ -452,17 +460,138 @@ def test_https_upstream_verified_with_ssl_cert_file(
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)
     with OriginServer(tls) as origin:
-        route = Route("/secure", f"https://localhost:{origin.port}", "bearer", SECRET)
+        route = Route("/secure", f"https://localhost:{origin.port}", "bearer", SECRET, "openai")
         monkeypatch.delenv("SSL_CERT_FILE", raising=False)
         with setup.gateway(route):
-            untrusted = setup.post("/secure/v1/ping", {})
+            untrusted = setup.post("/secure/responses", {})
         monkeypatch.setenv("SSL_CERT_FILE", str(cert))
         with setup.gateway(route):
-            trusted = setup.post("/secure/v1/ping", {})
+            trusted = setup.post("/secure/responses", {})
         [seen] = origin.seen
     assert untrusted.status == 502  # the certificate is verified...
     assert "CERTIFICATE_VERIFY_FAILED" in untrusted.json()["error"]["message"]
     assert trusted.status == 200  # ...against SSL_CERT_FILE
-    assert trusted.body == b"origin saw POST /v1/ping\n{}"
+    assert trusted.body == b"origin saw POST /responses\n{}"
     assert seen.headers["authorization"] == f"Bearer {SECRET}"
     assert seen.headers["host"] == f"localhost:{origin.port}"
+
+
+# --- only the model API endpoints are forwarded ----------------------------------------------
+
+REFUSED = [
+    ("GET", "/anthropic/v1/messages", 404),  # a model path, the wrong method
+    ("DELETE", "/anthropic/v1/files/file_1", 404),
+    ("PUT", "/anthropic/v1/messages", 404),
+    ("POST", "/anthropic/v1/messages/batches", 404),
+    ("GET", "/anthropic/v1/organizations/api_keys", 404),
+    ("POST", "/anthropic/v1/messages/../../../admin", 403),
+    ("POST", "/anthropic/v1/messages/%2e%2e/%2e%2e/admin", 403),
+    ("POST", "/anthropic/v1/%2E%2E/%2e%2e/admin", 403),
+    ("POST", "/anthropic/v1/messages%2f..%2f..%2fadmin", 403),
+    ("POST", "/anthropic/v1/messages\\..\\..\\admin", 403),
+    ("POST", "/anthropic//v1/messages", 403),
+    ("POST", "/anthropic/v1//messages", 403),
+    ("POST", "/anthropic/./v1/messages", 403),
+    ("POST", "/anthropic/v1/messages/", 403),
+    ("POST", "/anthropic/v1/messages;jsessionid=1", 403),
+    ("POST", "/anthropic/v1/messages/.", 403),
+    ("GET", "/anthropic/v1/models/..", 403),
+    ("GET", "/anthropic/v1/models/%2e%2e", 403),
+    ("GET", "/anthropic/v1/models/a/b", 404),
+    ("POST", "/anthropic", 403),
+    ("HEAD", "/anthropic", 403),
+    ("POST", "/anthropic/v1/messages?x=1#frag", 403),
+    ("POST", "/anthropic/v1/messages?x=a\\b", 403),
+    ("POST", "/anthropic/v1/messages?" + "a" * 3000, 403),
+    ("POST", "/anthropic/V1/MESSAGES", 404),
+    ("post", "/anthropic/v1/messages", 404),
+    ("POST", "/anthropic/v1/m\xe9ssages", 403),
+    ("POST", "/anthropic/responses", 404),
+]
+
+
+@pytest.mark.parametrize(("method", "target", "status"), REFUSED)
+def test_only_model_endpoints_are_forwarded(
+    setup: Setup, method: str, target: str, status: int
+) -> None:
+    """Nothing but the allow-listed (method, path) reaches the upstream: no other API of
+    the provider with the real key, no path outside the configured base."""
+    with OriginServer() as origin:
+        route = Route(
+            "/anthropic", f"http://127.0.0.1:{origin.port}/base", "x-api-key", SECRET, "anthropic"
+        )
+        request = (
+            f"{method} {target} HTTP/1.1\r\nHost: 127.0.0.1:{origin.port}\r\n"
+            "Content-Length: 2\r\n\r\n{}"
+        )
+        with setup.gateway(route):
+            response = exchange(setup.sock, request.encode("latin-1"))
+        assert origin.seen == []
+    assert response.status == status
+    assert response.json()["type"] == "error"
+    assert SECRET.encode() not in response.raw
+    [line] = json_lines(setup.usage)
+    assert (line["route"], line["status"]) == ("/anthropic", status)
+    assert line["refused"] and len(line["refused"]) <= 200
+    assert "\n" not in line["refused"]
+    setup.assert_secret_never_logged()
+
+
+ALLOWED = [
+    ("anthropic", "POST", "/v1/messages?beta=true"),
+    ("anthropic", "POST", "/v1/messages/count_tokens"),
+    ("anthropic", "GET", "/v1/models"),
+    ("anthropic", "GET", "/v1/models/claude-sonnet-4-5@20250929"),
+    ("openai", "POST", "/responses"),
+    ("openai", "POST", "/responses/compact"),
+    ("openai", "POST", "/chat/completions"),
+    ("openai", "GET", "/models?client_version=0.171.0"),
+    ("openai", "GET", "/models/gpt-5.1-codex"),
+]
+
+
+@pytest.mark.parametrize(("api", "method", "rest"), ALLOWED)
+def test_model_endpoints_reach_the_upstream_base(
+    setup: Setup, api: Any, method: str, rest: str
+) -> None:
+    with OriginServer() as origin:
+        route = Route("/gw", f"http://127.0.0.1:{origin.port}/base", "bearer", SECRET, api)
+        request = (
+            f"{method} /gw{rest} HTTP/1.1\r\nHost: evil.example\r\nContent-Length: 2\r\n\r\n{{}}"
+        )
+        with setup.gateway(route):
+            response = exchange(setup.sock, request.encode())
+        [seen] = origin.seen
+    assert response.status == 200
+    assert seen.path == "/base" + rest
+    assert seen.headers["authorization"] == f"Bearer {SECRET}"
+    assert seen.headers["host"] == f"127.0.0.1:{origin.port}"
+    assert json_lines(setup.usage)[0]["refused"] is None
+
+
+def test_oversized_bodies_are_refused(setup: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Content-Length over the limit never reaches the upstream; a chunked body that
+    grows past it is cut off (the upstream never sees its end) and answered 413."""
+    monkeypatch.setattr(gateway_module, "MAX_REQUEST_BODY", 4096)
+    with OriginServer() as origin:
+        route = Route("/a", f"http://127.0.0.1:{origin.port}", "bearer", SECRET, "openai")
+        with setup.gateway(route):
+            declared = exchange(
+                setup.sock, b"POST /a/responses HTTP/1.1\r\nContent-Length: 4097\r\n\r\n"
+            )
+            piece = b"x" * 1000
+            chunked = b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for _ in range(6))
+            streamed = exchange(
+                setup.sock,
+                b"POST /a/responses HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked,
+            )
+            small = exchange(
+                setup.sock,
+                b"POST /a/responses HTTP/1.1\r\nContent-Length: 4096\r\n\r\n"
+                + piece * 4
+                + b"x" * 96,
+            )
+        # The chunked head went up before its body grew too big; no body over the limit did.
+        assert [s.body for s in origin.seen if s.body] == [piece * 4 + b"x" * 96]
+    assert (declared.status, streamed.status, small.status) == (413, 413, 200)
+    assert [line["status"] for line in json_lines(setup.usage)] == [413, 413, 200]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sono.net.gateway import ChunkedDecoder
-from sono.net.usage import Tokens, UsageParser
+from sono.net.usage import Tokens, UsageParser, measure
 
 
 def sse(*events: dict[str, Any], named: bool = True, done: bool = False) -> bytes:
@@ -182,3 +182,69 @@ def test_chunked_decoder_byte_by_byte_with_extensions_trailers_and_rest() -> Non
 def test_chunked_decoder_rejects_malformed_framing(wire: bytes) -> None:
     with pytest.raises(ValueError):
         ChunkedDecoder().feed(wire)
+
+
+# --- what the budget trusts ------------------------------------------------------------------
+
+
+def test_measure_sums_the_gateway_lines_in_the_harness_convention() -> None:
+    lines: list[dict[str, Any]] = [
+        {
+            "model": "claude-sonnet-4-5",
+            "input_tokens": 100,
+            "output_tokens": 20,
+            "cache_read_tokens": 1000,
+            "cache_write_tokens": 10,
+        },
+        {
+            "model": "gpt-5.1-codex",
+            "input_tokens": 50,
+            "output_tokens": 5,
+            "cache_read_tokens": 200,
+            "cache_write_tokens": 0,
+        },
+        {
+            "model": None,
+            "status": 404,
+            "refused": "not a model API endpoint",
+            "input_tokens": None,
+            "output_tokens": None,
+        },
+    ]
+    seen = measure(lines)
+    assert (seen.requests, seen.input_tokens, seen.output_tokens) == (3, 160, 25)
+    assert seen.cached_tokens == 1200 and seen.metered
+    claude = (100 * 3 + 10 * 3.75 + 1000 * 0.3 + 20 * 15) / 1e6
+    gpt = (50 * 1.25 + 200 * 0.125 + 5 * 10) / 1e6
+    assert seen.cost_usd == pytest.approx(claude + gpt)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        {"input_tokens": -5, "output_tokens": "9", "cache_read_tokens": 1.5},
+        {"input_tokens": True, "output_tokens": None},
+        {},
+    ],
+)
+def test_measure_counts_only_real_counts(line: dict[str, Any]) -> None:
+    seen = measure([line])
+    assert (seen.input_tokens, seen.output_tokens, seen.cached_tokens) == (0, 0, 0)
+    assert not seen.metered and seen.requests == 1
+
+
+@pytest.mark.parametrize(
+    ("model", "per_million_out"),
+    [
+        ("claude-opus-4-1-20250805", 75.0),
+        ("claude-opus-4-5", 25.0),
+        ("anthropic/claude-haiku-4-5", 5.0),
+        ("us.anthropic.claude-sonnet-4-5-v1:0", 15.0),
+        ("gpt-5-mini", 2.0),
+        ("o3", 8.0),
+        ("my-local-model", 0.0),  # unknown: nothing added; the agent's figure stands
+    ],
+)
+def test_measured_cost_at_list_price(model: str, per_million_out: float) -> None:
+    seen = measure([{"model": model, "input_tokens": 0, "output_tokens": 1_000_000}])
+    assert seen.cost_usd == pytest.approx(per_million_out)

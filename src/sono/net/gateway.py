@@ -4,7 +4,13 @@ An asyncio HTTP server on a Unix socket (bound into the sandbox, separate from t
 proxy). The agent inside is pointed at it (``ANTHROPIC_BASE_URL=http://127.0.0.1:3129/
 anthropic``) with a placeholder key. For each request the gateway
 
-1. picks the :class:`Route` with the longest matching path prefix (none: ``404`` JSON);
+1. picks the :class:`Route` with the longest matching path prefix (none: ``404`` JSON)
+   and forwards only the model API endpoints of its :data:`API_ENDPOINTS` kind: the
+   method and the path under the prefix must be one of them, spelled canonically (no dot
+   segments, percent escapes, backslashes, empty segments or ``;`` parameters; anything
+   else is refused with ``403``/``404`` before any upstream connection, so the real key
+   only ever goes to ``<upstream base>/<an allowed endpoint>``); a body over
+   :data:`MAX_REQUEST_BODY` is refused (``413``);
 2. strips every incoming credential header (``x-api-key``, ``authorization``,
    ``proxy-authorization``, ``api-key``) and hop-by-hop headers, injects the route's real
    key (``x-api-key: KEY`` or ``authorization: Bearer KEY``, per ``Route.auth``), sets
@@ -20,8 +26,9 @@ anthropic``) with a placeholder key. For each request the gateway
    "duration_ms", "ttfb_ms"}``: ``time`` is when the request head arrived, ``ttfb_ms`` from
    then to the upstream's response head, ``duration_ms`` to the end of the response; token
    fields as in :mod:`sono.net.usage` (``null`` when not reported); ``route`` is the prefix
-   (``null`` for a 404) and ``status`` the upstream's, or the gateway's own 4xx/502. Keys
-   are never logged (``Route`` hides ``key`` from its repr, too).
+   (``null`` for a 404) and ``status`` the upstream's, or the gateway's own 4xx/502;
+   ``refused`` is the gateway's one-line reason for a request it did not forward
+   (``null`` otherwise). Keys are never logged (``Route`` hides ``key`` from its repr).
 
 One request per connection: both the client and the upstream connection get
 ``Connection: close`` (no keep-alive, so no pooling: each request opens its own upstream
@@ -61,6 +68,7 @@ from sono.net.proxy import (
     simple_response,
 )
 from sono.net.usage import UsageParser
+from sono.textsafe import one_line
 
 # "passthrough": the host holds no key for this route (e.g. an OAuth login whose token
 # the agent's own credential file carries); the client's auth headers are forwarded.
@@ -72,21 +80,53 @@ CONNECT_TIMEOUT_S = 30.0
 UPSTREAM_IDLE_S = 900.0  # a non-streaming answer may take minutes before its first byte
 CLIENT_IDLE_S = 300.0
 MODEL_SNIFF = 64 * 1024
+# Anthropic's own limit for a Messages request; OpenAI's is lower.
+MAX_REQUEST_BODY = 32 * 1024 * 1024
+MAX_QUERY = 2048
+REASON_LIMIT = 200
+
+# What the agents' model clients call (claude, pi: Anthropic Messages; codex: Responses
+# and its remote compaction; opencode, pi: Chat Completions or Responses), as
+# (method, path under the route's upstream base); ``*`` stands for one id segment.
+ApiKind = Literal["anthropic", "openai"]
+API_ENDPOINTS: dict[ApiKind, frozenset[tuple[str, str]]] = {
+    "anthropic": frozenset(
+        {
+            ("POST", "/v1/messages"),
+            ("POST", "/v1/messages/count_tokens"),
+            ("GET", "/v1/models"),
+            ("GET", "/v1/models/*"),
+        }
+    ),
+    "openai": frozenset(
+        {
+            ("POST", "/responses"),
+            ("POST", "/responses/compact"),
+            ("POST", "/chat/completions"),
+            ("GET", "/models"),
+            ("GET", "/models/*"),
+        }
+    ),
+}
 
 _MODEL_RE = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
 _SIZE_RE = re.compile(rb"[0-9a-fA-F]{1,16}")
+_SEGMENT_RE = re.compile(r"[A-Za-z0-9_-]+(?:[.:@][A-Za-z0-9_-]+)*")  # no dot segments
+_QUERY_RE = re.compile(r"[A-Za-z0-9._~%&=+,:@/!$'()*-]*")
 
 
 @dataclass(frozen=True)
 class Route:
     """``/anthropic/v1/messages`` with prefix ``/anthropic`` and upstream
     ``https://api.anthropic.com`` goes to ``https://api.anthropic.com/v1/messages``; an
-    upstream path is kept as a base (``https://api.openai.com/v1`` + ``/responses``)."""
+    upstream path is kept as a base (``https://api.openai.com/v1`` + ``/responses``).
+    ``api`` names the endpoints the route forwards (:data:`API_ENDPOINTS`)."""
 
     prefix: str
     upstream: str
     auth: AuthStyle
     key: str = field(repr=False)
+    api: ApiKind
 
     def __post_init__(self) -> None:
         if not self.prefix.startswith("/") or self.prefix.endswith("/") or "?" in self.prefix:
@@ -96,6 +136,8 @@ class Route:
             raise ValueError(f"route upstream must be an http(s) base URL, not {self.upstream!r}")
         if self.auth not in AUTH_STYLES:
             raise ValueError(f"route auth must be one of {', '.join(AUTH_STYLES)}")
+        if self.api not in API_ENDPOINTS:
+            raise ValueError(f"route api must be one of {', '.join(API_ENDPOINTS)}")
         if self.auth == "passthrough":
             if self.key:
                 raise ValueError(f"route {self.prefix}: a passthrough route holds no key")
@@ -105,11 +147,29 @@ class Route:
     def matches(self, path: str) -> bool:
         return path == self.prefix or path.startswith(self.prefix + "/")
 
+    def refusal(self, method: str, path: str, query: str) -> tuple[int, str] | None:
+        """Why the gateway will not forward ``method path?query`` (a path that matches):
+        (status, reason), or None for a model API endpoint of this route's kind."""
+        rest = path[len(self.prefix) :]
+        segments = rest.split("/")[1:]
+        if not rest or not all(_SEGMENT_RE.fullmatch(s) for s in segments):
+            return 403, f"not a canonical API path: {method} {path}"
+        if len(query) > MAX_QUERY or not _QUERY_RE.fullmatch(query):
+            return 403, f"malformed or oversized query string on {method} {path}"
+        endpoints = API_ENDPOINTS[self.api]
+        generic = "/".join([*segments[:-1], "*"])
+        if (method, rest) in endpoints or (method, f"/{generic}") in endpoints:
+            return None
+        return 404, f"not a {self.api} model API endpoint: {method} {path}"
+
     def target(self, path: str, query: str) -> str:
-        """The upstream request target for client ``path`` (which matches)."""
+        """The upstream request target for client ``path`` (which matches and was not
+        refused): always under the upstream's base path."""
         base = urlsplit(self.upstream).path.rstrip("/")
-        target = base + path[len(self.prefix) :]
-        return (target or "/") + (f"?{query}" if query else "")
+        rest = path[len(self.prefix) :]
+        if not rest.startswith("/") or "/." in rest or "%" in rest or "\\" in rest:
+            raise ValueError(f"refusing to forward {path!r}")  # refusal() was skipped
+        return base + rest + (f"?{query}" if query else "")
 
     def auth_headers(self, incoming: Head) -> list[tuple[str, str]]:
         if self.auth == "passthrough":
@@ -198,6 +258,7 @@ class _Exchange:
     ttfb_ms: int | None = None
     request_model: str | None = None
     parser: UsageParser | None = None
+    refused: str | None = None
 
     def record(self) -> dict[str, object]:
         tokens = self.parser.result() if self.parser is not None else None
@@ -212,11 +273,17 @@ class _Exchange:
             "cache_write_tokens": tokens.cache_write_tokens if tokens else None,
             "duration_ms": round((time.monotonic() - self.started) * 1000),
             "ttfb_ms": self.ttfb_ms,
+            "refused": self.refused,
         }
 
 
 def _json_error(status: int, message: str) -> bytes:
-    kind = {404: "not_found_error", 400: "invalid_request_error"}.get(status, "api_error")
+    kind = {
+        400: "invalid_request_error",
+        403: "permission_error",
+        404: "not_found_error",
+        413: "request_too_large",
+    }.get(status, "api_error")
     body = json.dumps({"type": "error", "error": {"type": kind, "message": message}})
     return simple_response(status, body, "application/json")
 
@@ -270,6 +337,7 @@ class Gateway(UnixServer):
         except HttpError as exc:
             if exchange is not None and exchange.status is None:
                 exchange.status = exc.status
+                exchange.refused = one_line(exc.message, REASON_LIMIT)
                 with contextlib.suppress(OSError):
                     writer.write(_json_error(exc.status, f"so gateway: {exc.message}"))
                     await writer.drain()
@@ -298,7 +366,12 @@ class Gateway(UnixServer):
         if route is None:
             raise HttpError(404, f"no gateway route for {path}")
         exchange.route = route.prefix
+        refused = route.refusal(method, path, query)
+        if refused is not None:
+            raise HttpError(*refused)
         chunked, length = _request_framing(head)
+        if length is not None and length > MAX_REQUEST_BODY:
+            raise HttpError(413, f"request body over {MAX_REQUEST_BODY} bytes")
         if "100-continue" in head.tokens("expect"):
             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         up_reader, up_writer = await self._connect(route)
@@ -447,6 +520,7 @@ async def _send_body(
     sniff = bytearray()
     decoder = ChunkedDecoder() if chunked else None
     left = length or 0
+    sent = 0
     while decoder is not None or left > 0:
         data = await asyncio.wait_for(reader.read(min(BUFFER, left) or BUFFER), CLIENT_IDLE_S)
         if not data:
@@ -460,6 +534,9 @@ async def _send_body(
                 payload = decoder.feed(data)
             except ValueError as exc:
                 raise HttpError(400, f"bad chunked body: {exc}") from None
+            sent += len(payload)
+            if sent > MAX_REQUEST_BODY:  # the upstream sees a cut-off body and no end
+                raise HttpError(413, f"request body over {MAX_REQUEST_BODY} bytes")
             if payload:
                 up_writer.write(b"%x\r\n%s\r\n" % (len(payload), payload))
             if decoder.done:

@@ -37,7 +37,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sono.config import Config
-from sono.net.gateway import AuthStyle, GatewayThread, Route
+from sono.net.gateway import ApiKind, AuthStyle, GatewayThread, Route
 from sono.net.policy import NetworkPolicy
 from sono.net.proxy import ProxyThread
 from sono.net.secrets import BoundSecret, resolve, sandbox_env
@@ -51,7 +51,7 @@ GATEWAY_SOCK = "gateway.sock"
 PLACEHOLDER = "so-placeholder-the-gateway-adds-the-real-key"
 
 # Model API families: default upstream, the base-URL variable, key variables and their style.
-FAMILIES: dict[str, tuple[str, str, tuple[tuple[str, AuthStyle], ...]]] = {
+FAMILIES: dict[ApiKind, tuple[str, str, tuple[tuple[str, AuthStyle], ...]]] = {
     "anthropic": (
         "https://api.anthropic.com",
         "ANTHROPIC_BASE_URL",
@@ -100,10 +100,10 @@ def gateway_for(host_env: Mapping[str, str]) -> Gatewayed:
             upstream = upstream.rstrip("/") + "/v1"  # a bare host means its /v1 API, as for SDKs
         found = next(((var, style) for var, style in keys if host_env.get(var)), None)
         if found is None:
-            routes.append(Route(f"/{family}", upstream, "passthrough", ""))
+            routes.append(Route(f"/{family}", upstream, "passthrough", "", family))
         else:
             var, style = found
-            routes.append(Route(f"/{family}", upstream, style, host_env[var]))
+            routes.append(Route(f"/{family}", upstream, style, host_env[var], family))
             env[var] = PLACEHOLDER
         endpoints[family] = f"http://127.0.0.1:{GATEWAY_PORT}/{family}"
         env[base_var] = endpoints[family]

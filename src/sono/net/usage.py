@@ -13,6 +13,9 @@ Counts follow the harness parsers' convention (:class:`sono.events.Usage`):
 ``input_tokens`` is the *uncached* input, so ``input + cache_read + cache_write`` is the
 whole prompt. OpenAI reports cached tokens inside its input count; they are subtracted.
 Fields stay ``None`` when the response did not report them.
+
+:func:`measure` sums the gateway's usage-log lines of one iteration into what the budget
+trusts: the host's own reading of the upstream's answers, never what the agent prints.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import codecs
 import contextlib
 import json
 import zlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,3 +170,79 @@ def _int(*values: object) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
     return None
+
+
+# List prices in dollars per million tokens (input, output) by model-name prefix, first
+# match wins. Cache reads count at a tenth of the input price and cache writes at 1.25
+# times it (Anthropic's terms; OpenAI reports no writes and discounts reads by half or
+# more). A floor for --max-cost, not an invoice: a model the table does not know adds
+# nothing here, and the agent's own figure is used when it is higher.
+PRICES: tuple[tuple[str, float, float], ...] = (
+    ("claude-3-opus", 15.0, 75.0),
+    ("claude-opus-4-0", 15.0, 75.0),
+    ("claude-opus-4-1", 15.0, 75.0),
+    ("claude-opus-4-2025", 15.0, 75.0),
+    ("claude-opus", 5.0, 25.0),
+    ("claude-3-haiku", 0.25, 1.25),
+    ("claude-3-5-haiku", 0.8, 4.0),
+    ("claude-haiku", 1.0, 5.0),
+    ("claude-", 3.0, 15.0),  # Sonnet, and any other Claude model
+    ("gpt-5-nano", 0.05, 0.4),
+    ("gpt-5-mini", 0.25, 2.0),
+    ("gpt-5", 1.25, 10.0),
+    ("gpt-4.1-nano", 0.1, 0.4),
+    ("gpt-4.1-mini", 0.4, 1.6),
+    ("gpt-4.1", 2.0, 8.0),
+    ("gpt-4o-mini", 0.15, 0.6),
+    ("gpt-4o", 2.5, 10.0),
+    ("o4-mini", 1.1, 4.4),
+    ("o3", 2.0, 8.0),
+)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the gateway saw in a set of requests, in the harness parsers' convention
+    (:class:`sono.events.Usage`: ``input_tokens`` counts cache writes, ``cached_tokens``
+    the reads); ``metered`` when some answer reported usage at all."""
+
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float = 0.0
+    metered: bool = False
+
+
+def measure(lines: Iterable[Mapping[str, Any]]) -> Measured:
+    """Sum the gateway's usage-log lines (:mod:`sono.net.gateway`)."""
+    requests = tokens_in = tokens_out = cached = 0
+    cost = 0.0
+    metered = False
+    for line in lines:
+        requests += 1
+        fresh, writes = (
+            _int(line.get("input_tokens")) or 0,
+            _int(line.get("cache_write_tokens")) or 0,
+        )
+        reads, out = _int(line.get("cache_read_tokens")) or 0, _int(line.get("output_tokens")) or 0
+        metered = metered or any(
+            _int(line.get(k)) is not None for k in ("input_tokens", "output_tokens")
+        )
+        tokens_in, tokens_out, cached = tokens_in + fresh + writes, tokens_out + out, cached + reads
+        model = line.get("model")
+        price = _price(model if isinstance(model, str) else "")
+        if price is not None:
+            per_in, per_out = price
+            cost += (fresh * per_in + writes * per_in * 1.25 + reads * per_in * 0.1) / 1e6
+            cost += out * per_out / 1e6
+    return Measured(requests, tokens_in, tokens_out, cached, cost, metered)
+
+
+def _price(model: str) -> tuple[float, float] | None:
+    """(input, output) dollars per million tokens; a provider prefix (``anthropic/``,
+    ``us.anthropic.``, ``openai.``) is ignored."""
+    name = model.lower().rsplit("/", 1)[-1]
+    for vendor in ("anthropic.", "openai."):
+        name = name.rsplit(vendor, 1)[-1]
+    return next(((i, o) for prefix, i, o in PRICES if name.startswith(prefix)), None)
