@@ -56,6 +56,7 @@ CANARY_FILES = {
     ".netrc": "machine github.com login u password {canary}\n",
     ".config/gh/hosts.yml": "github.com:\n    oauth_token: {canary}\n",
     ".docker/config.json": '{{"auths": {{"r.example": {{"auth": "{canary}"}}}}}}\n',
+    # (not valid base64 on purpose: a malformed config must not break so either)
     ".git-credentials": "https://u:{canary}@github.com\n",
     ".npmrc": "//registry.npmjs.org/:_authToken={canary}\n",
 }
@@ -232,11 +233,12 @@ def run_in_pty(
                 try:
                     data = os.read(fd, 65536)
                 except OSError as exc:
-                    if exc.errno == errno.EIO:
-                        break
-                    raise
+                    if exc.errno != errno.EIO:
+                        raise
+                    data = b""  # the child closed the terminal: collect its exit below
                 if not data:
-                    break
+                    _, status = os.waitpid(pid, 0)
+                    return PtyResult(os.waitstatus_to_exitcode(status), b"".join(chunks))
                 chunks.append(data)
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
