@@ -920,3 +920,11 @@ def test_a_project_file_that_is_a_directory_is_an_error(
 ) -> None:
     (project / ".so" / "config.toml").mkdir(parents=True)
     assert "config.toml" in refusal(home, project, store)
+
+
+def test_secrets_show_in_json_as_where_they_come_from(home: Path) -> None:
+    user_file(home, '[secrets.GH]\nenv = "GH_TOKEN"\nhosts = ["api.github.com"]\n')
+    shown = json.dumps(load(home).to_json()["secrets"])
+    assert json.loads(shown)["value"] == [
+        {"name": "GH", "env": "GH_TOKEN", "file": None, "hosts": ["api.github.com"]}
+    ]

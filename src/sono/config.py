@@ -954,4 +954,11 @@ def _shell_literal(value: object) -> str:
 
 
 def _jsonable(value: object) -> object:
-    return list(value) if isinstance(value, tuple) else value
+    if isinstance(value, Secret):  # where the value comes from, never the value
+        return {
+            "name": value.name,
+            "env": value.env,
+            "file": value.file,
+            "hosts": list(value.hosts),
+        }
+    return [_jsonable(v) for v in value] if isinstance(value, tuple) else value
