@@ -9,6 +9,7 @@ Each attack has its control: after ``so trust`` the same file applies.
 
 from __future__ import annotations
 
+import base64
 import json
 import shlex
 from pathlib import Path
@@ -21,6 +22,17 @@ from helpers import SO, git
 pytestmark = pytest.mark.integration
 
 GIT_ID = "git -c user.name=agent -c user.email=agent@example.invalid"
+
+
+def make_user(tmp_path: Path) -> HostileUser:
+    """A HostileUser whose ~/.docker/config.json the Docker SDK can parse (its canary is
+    not base64, and docker.from_env() raises on that)."""
+    user = HostileUser.make(tmp_path)
+    token = base64.b64encode(f"u:{user.canaries['~/.docker/config.json']}".encode()).decode()
+    (user.home / ".docker" / "config.json").write_text(
+        json.dumps({"auths": {"r.example": {"auth": token}}})
+    )
+    return user
 
 
 def hostile_config(user: HostileUser, marker: Path) -> str:
@@ -90,7 +102,7 @@ def diff_on_terminal(user: HostileUser, sid: str) -> str:
 
 
 def test_agent_written_config_is_refused_until_trusted(tmp_path: Path, backend: str) -> None:
-    user = HostileUser.make(tmp_path)
+    user = make_user(tmp_path)
     mine = user.home / ".config" / "so" / "config.toml"
     mine.parent.mkdir(parents=True, exist_ok=True)
     mine.write_text("[limits]\npids = 4096\n")
@@ -130,7 +142,7 @@ def test_agent_written_config_is_refused_until_trusted(tmp_path: Path, backend: 
 
 
 def test_the_trusted_pager_is_used_and_a_merge_untrusts_it(tmp_path: Path, backend: str) -> None:
-    user = HostileUser.make(tmp_path)
+    user = make_user(tmp_path)
     good = tmp_path / "GOOD"
     user.commit({".so/config.toml": f"pager = \"sh -c 'touch {good}'\"\n"}, "my pager")
     assert user.so("trust").returncode == 0
@@ -156,7 +168,7 @@ def test_the_trusted_pager_is_used_and_a_merge_untrusts_it(tmp_path: Path, backe
 def test_config_from_the_users_own_commit_follows_the_same_rule(
     tmp_path: Path, backend: str
 ) -> None:
-    user = HostileUser.make(tmp_path)
+    user = make_user(tmp_path)
     user.commit(
         {".so/config.toml": f'iterations = 1\n[files]\nro = ["{user.home}"]\n'}, "see my home"
     )
@@ -177,7 +189,7 @@ def test_config_from_the_users_own_commit_follows_the_same_rule(
 def test_safe_keys_of_an_untrusted_agent_file_apply_without_a_prompt(
     tmp_path: Path, backend: str
 ) -> None:
-    user = HostileUser.make(tmp_path)
+    user = make_user(tmp_path)
     tighter = 'iterations = 1\nmodel = "small"\n[network]\nmode = "none"\n[limits]\npids = 512\n'
     merged(user, agent_writes(tighter), backend)
     cfg = user.so("config", "--json")
@@ -189,7 +201,7 @@ def test_safe_keys_of_an_untrusted_agent_file_apply_without_a_prompt(
 
 
 def test_a_symlinked_project_config_is_refused(tmp_path: Path, backend: str) -> None:
-    user = HostileUser.make(tmp_path)
+    user = make_user(tmp_path)
     target = tmp_path / "elsewhere.toml"
     target.write_text("iterations = 1\n")
     script = "\n".join(
