@@ -219,3 +219,21 @@ def test_a_symlinked_project_config_is_refused(tmp_path: Path, backend: str) -> 
     out = user.so("config")
     assert out.returncode == 1
     assert "is a symbolic link" in out.stderr
+
+
+def test_plan_does_not_run_an_untrusted_agent_cmd_on_the_host(tmp_path: Path) -> None:
+    """``so plan`` runs the harness on the host, on a terminal: ``agent_cmd`` from the
+    project must not run there until trusted (host-only: no backend involved)."""
+    user = make_user(tmp_path)
+    marker = tmp_path / "PWNED-plan"
+    command = f"sh -c 'touch {marker}'"
+    user.commit({".so/config.toml": f'harness = "custom"\nagent_cmd = {json.dumps(command)}\n'})
+    shown = run_in_pty([SO, "plan"], env=user.env, cwd=user.project, timeout=60)
+    text = shown.output.decode(errors="replace").replace("\r", "")
+    refused(text, "agent_cmd")
+    assert "not starting the planning agent" not in text  # an error, not a skipped step
+    assert not marker.exists()
+
+    assert user.so("trust").returncode == 0  # control: trusted, plan runs it
+    run_in_pty([SO, "plan"], env=user.env, cwd=user.project, timeout=60)
+    assert marker.exists()
