@@ -337,7 +337,7 @@ def test_unknown_table_is_an_unknown_key(home: Path) -> None:
 def test_known_key_as_a_table_is_a_type_error(home: Path) -> None:
     path = user_file(home, "[model]\nname = 'x'\n")
     message = config_error(home)
-    assert message.startswith(f"{path}: 'model' must be a string, got ")
+    assert message.startswith(f"{path}: 'model' must be a model name (")
     assert "(dict)" in message
 
 
@@ -928,3 +928,16 @@ def test_secrets_show_in_json_as_where_they_come_from(home: Path) -> None:
     assert json.loads(shown)["value"] == [
         {"name": "GH", "env": "GH_TOKEN", "file": None, "hosts": ["api.github.com"]}
     ]
+
+
+@pytest.mark.parametrize("model", ["--dangerously-skip-permissions", "-x", "a b", "m\x1b[2J"])
+def test_a_model_is_one_name_that_no_option_parser_reads_as_an_option(
+    home: Path, project: Path, model: str
+) -> None:
+    project_file(project, f"model = {json.dumps(model)}\n")
+    assert "'model' must be a model name" in config_error(home, project)
+
+
+def test_model_names_with_slashes_and_dots_are_fine(home: Path) -> None:
+    config = load(home, env={"SO_MODEL": "openrouter/anthropic/claude-3.5:beta"})
+    assert config.model == "openrouter/anthropic/claude-3.5:beta"

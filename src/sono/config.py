@@ -178,6 +178,17 @@ def _optional_text(value: object) -> str | None:
     return value.strip() or None
 
 
+def _optional_name(value: object) -> str | None:
+    """A name passed as one argument (``--model NAME``): never something a harness's
+    option parser could read as another option."""
+    name = _optional_text(value)
+    if name is not None and (
+        name.startswith("-") or not re.fullmatch(r"[^\s\x00-\x1f\x7f-\x9f]+", name)
+    ):
+        raise ValueError
+    return name
+
+
 def _timeout(value: object) -> float:
     if not isinstance(value, str | int | float):
         raise ValueError
@@ -351,7 +362,16 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             ("SO_WORKSPACE",),
             trust=t.safe(),
         ),
-        _Spec("model", None, _optional_text, "a string", "opus", ("SO_MODEL",), trust=t.safe()),
+        # Safe in a project file because it is only ever one argv value of the harness.
+        _Spec(
+            "model",
+            None,
+            _optional_name,
+            "a model name (no spaces or control characters, not starting with '-')",
+            "opus",
+            ("SO_MODEL",),
+            trust=t.safe(),
+        ),
         _Spec("effort", None, _optional_text, "a string", "high", ("SO_EFFORT",), trust=t.safe()),
         _Spec(
             "agent_cmd",
