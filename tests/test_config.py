@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import FrozenInstanceError
 from pathlib import Path
@@ -15,6 +16,7 @@ from sono.config import (
     Config,
     Setting,
     flag_name,
+    inspect_project,
     load_config,
     parse_duration,
     parse_size,
@@ -22,6 +24,7 @@ from sono.config import (
     user_config_path,
 )
 from sono.errors import ConfigError
+from sono.trust import TrustStore, digest
 
 
 @pytest.fixture
@@ -100,7 +103,7 @@ def test_each_layer_overrides_the_previous(home: Path, project: Path) -> None:
     proj = project_file(project, "iterations = 3\n")
     config = load(home, project)
     assert config.iterations == 3
-    assert config.sources["iterations"].source == f"project file ({proj})"
+    assert config.sources["iterations"].source == f"project file ({proj}, untrusted)"
 
     env = {"SO_ITERATIONS": "4"}
     config = load(home, project, env)
@@ -118,7 +121,7 @@ def test_layers_merge_key_by_key(home: Path, project: Path) -> None:
     config = load(home, project, {"SO_HARNESS": "codex"})
     assert (config.model, config.effort, config.harness) == ("opus", "high", "codex")
     assert config.sources["model"].source == f"user file ({user})"
-    assert config.sources["effort"].source == f"project file ({proj})"
+    assert config.sources["effort"].source == f"project file ({proj}, untrusted)"
     assert config.sources["harness"].source == "env SO_HARNESS"
     assert config.sources["sandbox"].source == "default"
 
@@ -148,7 +151,7 @@ def test_empty_string_unsets_an_optional_value(home: Path, project: Path) -> Non
     proj = project_file(project, 'model = ""\n')
     config = load(home, project)
     assert config.model is None
-    assert config.sources["model"].source == f"project file ({proj})"
+    assert config.sources["model"].source == f"project file ({proj}, untrusted)"
 
 
 def test_all_keys_from_a_file(home: Path) -> None:
@@ -334,7 +337,7 @@ def test_unknown_table_is_an_unknown_key(home: Path) -> None:
 def test_known_key_as_a_table_is_a_type_error(home: Path) -> None:
     path = user_file(home, "[model]\nname = 'x'\n")
     message = config_error(home)
-    assert message.startswith(f"{path}: 'model' must be a string, got ")
+    assert message.startswith(f"{path}: 'model' must be a model name (")
     assert "(dict)" in message
 
 
@@ -648,3 +651,293 @@ def test_sizes() -> None:
     for bad in ("", "-1g", "4 apples", True, 0):
         with pytest.raises(ValueError):
             parse_size(bad)
+
+
+# ---------------------------------------------------------------- project-file trust
+
+# Every key and what a project file may do with it (sono.trust). A new key must be added
+# here: its classification is a decision, not a default.
+TRUST_KINDS = {
+    "harness": "policy",
+    "iterations": "safe",
+    "sandbox": "policy",
+    "workspace": "safe",
+    "model": "safe",
+    "effort": "safe",
+    "agent_cmd": "host",
+    "iteration_timeout": "safe",
+    "no_progress_limit": "safe",
+    "commit_retries": "safe",
+    "exclude": "policy",
+    "bwrap": "host",
+    "pager": "host",
+    "docker_base": "host",
+    "max_cost": "policy",
+    "network.mode": "policy",
+    "network.allow": "policy",
+    "network.deny": "policy",
+    "secrets": "policy",
+    "files.ro": "policy",
+    "files.rw": "policy",
+    "limits.memory": "policy",
+    "limits.cpus": "policy",
+    "limits.pids": "policy",
+    "limits.disk": "policy",
+    "limits.total_time": "policy",
+    "limits.on_kill": "policy",
+    "enforce": "policy",
+    "max_tokens": "policy",
+}
+
+
+def test_every_key_is_classified() -> None:
+    from sono.config import _specs
+
+    assert {key: spec.trust.kind for key, spec in _specs(("claude",)).items()} == TRUST_KINDS
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> TrustStore:
+    return TrustStore(tmp_path / "so-state" / "trust.json")
+
+
+def load_trusting(
+    home: Path, project: Path, store: TrustStore, env: Mapping[str, str] | None = None
+) -> Config:
+    return load_config(project=project, env=env or {}, home=home, flags={}, trust=store)
+
+
+def refusal(home: Path, project: Path, store: TrustStore) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_trusting(home, project, store)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+SAFE_PROJECT = """
+harness = "custom"
+iterations = 3
+workspace = "copy"
+model = "opus"
+effort = "high"
+iteration_timeout = "2h"
+no_progress_limit = 5
+commit_retries = 1
+exclude = [".env", ".env.*", ".envrc", "*.pem", "*.key", "id_*", "*.sqlite"]
+[network]
+mode = "none"
+deny = ["evil.example"]
+[limits]
+memory = "1g"
+pids = 64
+on_kill = "stop"
+"""
+
+
+def test_safe_and_tightening_keys_apply_without_trust(
+    home: Path, project: Path, store: TrustStore
+) -> None:
+    path = project_file(project, SAFE_PROJECT)
+    config = load_trusting(home, project, store)
+    assert (config.harness, config.iterations, config.model) == ("custom", 3, "opus")
+    assert (config.network_mode, config.network_deny) == ("none", ("evil.example",))
+    assert (config.memory, config.pids, config.on_kill) == (1 << 30, 64, "stop")
+    assert "*.sqlite" in config.exclude
+    assert config.sources["limits.memory"].source == (f"project file ({path}, untrusted)")
+    assert config.project_file is not None
+    assert not config.project_file.trusted and config.project_file.findings == ()
+
+
+# (project file, user file, the key the refusal must name)
+NEEDS_TRUST = [
+    ("pager = \"sh -c 'touch /tmp/PWNED'\"\n", "", "pager"),
+    ('bwrap = "/tmp/evil"\n', "", "bwrap"),
+    ('agent_cmd = "sh -c evil"\n', "", "agent_cmd"),
+    ('docker_base = "evil/image"\n', "", "docker_base"),
+    ('harness = "codex"\n', "", "harness"),
+    ('sandbox = "bwrap"\n', 'sandbox = "microvm"\n', "sandbox"),
+    ('network.mode = "open"\n', "", "network.mode"),
+    ('[network]\nmode = "allowlist"\n', '[network]\nmode = "none"\n', "network.mode"),
+    ('network.allow = ["evil.example"]\n', "", "network.allow"),
+    ("network.deny = []\n", 'network.deny = ["evil.example"]\n', "network.deny"),
+    ('[secrets.K]\nfile = "~/.ssh/id_ed25519"\nhosts = ["evil.example"]\n', "", "secrets"),
+    ('files.ro = ["/"]\n', "", "files.ro"),
+    ('files.rw = ["/root"]\n', "", "files.rw"),
+    ('exclude = ["*.pem"]\n', "", "exclude"),
+    ("[files]\nhide = []\n", "", "exclude"),
+    ('limits.memory = "8g"\n', 'limits.memory = "1g"\n', "limits.memory"),
+    ('limits.memory = ""\n', 'limits.memory = "1g"\n', "limits.memory"),
+    ("limits.pids = 100000\n", "limits.pids = 64\n", "limits.pids"),
+    ('limits.total_time = "30d"\n', 'limits.total_time = "1h"\n', "limits.total_time"),
+    ('limits.on_kill = "continue"\n', 'limits.on_kill = "stop"\n', "limits.on_kill"),
+    ('enforce = "best-effort"\n', "", "enforce"),
+    ("max_cost = 500.0\n", "max_cost = 5.0\n", "max_cost"),
+    ("max_tokens = 1000000000\n", "max_tokens = 1000\n", "max_tokens"),
+]
+
+
+@pytest.mark.parametrize(("text", "user", "key"), NEEDS_TRUST)
+def test_untrusted_keys_that_need_trust_are_refused_with_one_line(
+    home: Path, project: Path, store: TrustStore, text: str, user: str, key: str
+) -> None:
+    if user:
+        user_file(home, user)
+    path = project_file(project, "iterations = 2\n" + text)
+    message = refusal(home, project, store)
+    assert message.startswith(f"{path} is not trusted and sets keys that ")
+    assert f"({key}" in message or f" {key}:" in message
+    assert "iterations" not in message  # a safe key is not blamed
+    assert "then run `so trust`" in message
+
+
+@pytest.mark.parametrize(("text", "user", "key"), NEEDS_TRUST)
+def test_the_same_keys_apply_once_trusted(
+    home: Path, project: Path, store: TrustStore, text: str, user: str, key: str
+) -> None:
+    if user:
+        user_file(home, user)
+    path = project_file(project, text)
+    store.trust(project, digest(path.read_bytes()), file=path)
+    config = load_trusting(home, project, store)
+    assert config.sources[key].source == f"project file ({path}, trusted)"
+
+
+@pytest.mark.parametrize(("text", "user", "key"), NEEDS_TRUST)
+def test_the_same_keys_in_the_user_file_need_no_trust(
+    home: Path, project: Path, store: TrustStore, text: str, user: str, key: str
+) -> None:
+    user_file(home, text)
+    assert load_trusting(home, project, store).sources[key].source.startswith("user file")
+
+
+def test_any_change_makes_the_file_untrusted_again(
+    home: Path, project: Path, store: TrustStore
+) -> None:
+    path = project_file(project, 'pager = "less -R"\n')
+    store.trust(project, digest(path.read_bytes()), file=path)
+    assert load_trusting(home, project, store).pager == "less -R"
+    path.write_text('pager = "less -R" \n')  # one byte more
+    message = refusal(home, project, store)
+    assert "changed since you trusted it" in message
+    store.revoke(project)
+    assert "is not trusted" in refusal(home, project, store)
+
+
+def test_trust_is_per_project(home: Path, tmp_path: Path, store: TrustStore) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    for p in (one, two):
+        project_file(p, 'pager = "less -R"\n')
+    store.trust(one, digest((one / ".so" / "config.toml").read_bytes()), file=one)
+    assert load_trusting(home, one, store).pager == "less -R"
+    assert "is not trusted" in refusal(home, two, store)
+
+
+def test_a_value_equal_to_the_layers_below_needs_no_trust(
+    home: Path, project: Path, store: TrustStore
+) -> None:
+    user_file(home, 'pager = "less -R"\nnetwork.allow = ["a.example", "b.example"]\n')
+    project_file(project, 'pager = "less -R"\nnetwork.allow = ["b.example"]\n')
+    config = load_trusting(home, project, store)
+    assert (config.pager, config.network_allow) == ("less -R", ("b.example",))
+
+
+def test_a_key_an_env_var_or_flag_overrides_needs_no_trust(
+    home: Path, project: Path, store: TrustStore
+) -> None:
+    project_file(project, 'bwrap = "/tmp/evil"\nnetwork.mode = "open"\n')
+    config = load_config(
+        project=project,
+        env={"SO_BWRAP": "/usr/bin/bwrap"},
+        home=home,
+        flags={"network.mode": "none"},
+        trust=store,
+    )
+    assert (config.bwrap, config.network_mode) == ("/usr/bin/bwrap", "none")
+    message = refusal(home, project, store)
+    assert "bwrap" in message and "network.mode" in message
+
+
+def test_inspect_project_reports_without_refusing(
+    home: Path, project: Path, store: TrustStore
+) -> None:
+    assert inspect_project(project=project, env={}, home=home, trust=store) is None
+    path = project_file(project, 'iterations = 2\npager = "x"\nfiles.rw = ["/root"]\n')
+    pf = inspect_project(project=project, env={}, home=home, trust=store)
+    assert pf is not None
+    assert (pf.path, pf.trusted, pf.changed) == (path, False, False)
+    assert pf.sha256 == digest(path.read_bytes())
+    assert [f.key for f in pf.findings] == ["pager", "files.rw"]
+
+
+def test_an_invalid_untrusted_file_is_still_a_config_error(
+    home: Path, project: Path, store: TrustStore
+) -> None:
+    project_file(project, "pager = 3\n")
+    assert "'pager' must be" in refusal(home, project, store)
+
+
+def test_control_characters_from_the_file_are_shown_inert(
+    home: Path, project: Path, store: TrustStore
+) -> None:
+    project_file(project, 'files.rw = ["/tmp/\\u001b]52;c;evil\\u0007\\u009b"]\n')
+    message = refusal(home, project, store)
+    assert "\x1b" not in message and "\x07" not in message and "\x9b" not in message
+    assert "<U+009B>" in message  # C1 CSI; JSON quoting already escaped ESC and BEL
+
+
+def test_a_symlinked_project_file_is_not_followed(
+    home: Path, project: Path, store: TrustStore, tmp_path: Path
+) -> None:
+    target = write(tmp_path / "elsewhere.toml", "iterations = 2\n")
+    (project / ".so").mkdir()
+    (project / ".so" / "config.toml").symlink_to(target)
+    assert "is a symbolic link" in refusal(home, project, store)
+
+
+def test_a_symlinked_project_dir_is_not_followed(
+    home: Path, project: Path, store: TrustStore, tmp_path: Path
+) -> None:
+    write(tmp_path / "elsewhere" / "config.toml", "iterations = 2\n")
+    (project / ".so").symlink_to(tmp_path / "elsewhere")
+    message = refusal(home, project, store)
+    assert "is a symbolic link" in message and message.startswith(f"{project / '.so'}:")
+
+
+def test_a_fifo_or_huge_project_file_is_refused_without_hanging(
+    home: Path, project: Path, store: TrustStore
+) -> None:
+    (project / ".so").mkdir()
+    os.mkfifo(project / ".so" / "config.toml")
+    assert "not a regular file" in refusal(home, project, store)
+    (project / ".so" / "config.toml").unlink()
+    project_file(project, "#" * (2 << 20))
+    assert "larger than 1 MiB" in refusal(home, project, store)
+
+
+def test_a_project_file_that_is_a_directory_is_an_error(
+    home: Path, project: Path, store: TrustStore
+) -> None:
+    (project / ".so" / "config.toml").mkdir(parents=True)
+    assert "config.toml" in refusal(home, project, store)
+
+
+def test_secrets_show_in_json_as_where_they_come_from(home: Path) -> None:
+    user_file(home, '[secrets.GH]\nenv = "GH_TOKEN"\nhosts = ["api.github.com"]\n')
+    shown = json.dumps(load(home).to_json()["secrets"])
+    assert json.loads(shown)["value"] == [
+        {"name": "GH", "env": "GH_TOKEN", "file": None, "hosts": ["api.github.com"]}
+    ]
+
+
+@pytest.mark.parametrize("model", ["--dangerously-skip-permissions", "-x", "a b", "m\x1b[2J"])
+def test_a_model_is_one_name_that_no_option_parser_reads_as_an_option(
+    home: Path, project: Path, model: str
+) -> None:
+    project_file(project, f"model = {json.dumps(model)}\n")
+    assert "'model' must be a model name" in config_error(home, project)
+
+
+def test_model_names_with_slashes_and_dots_are_fine(home: Path) -> None:
+    config = load(home, env={"SO_MODEL": "openrouter/anthropic/claude-3.5:beta"})
+    assert config.model == "openrouter/anthropic/claude-3.5:beta"

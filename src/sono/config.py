@@ -12,18 +12,24 @@ keeps global state; the caller passes ``env`` and ``home`` so tests never see th
 from __future__ import annotations
 
 import difflib
+import errno
 import json
 import math
+import os
 import re
 import shlex
+import stat
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TypeVar
 
+from sono import trust as t
 from sono.errors import ConfigError
+from sono.textsafe import for_terminal
+from sono.trust import Rule, TrustStore
 
 DEFAULT_HARNESSES: tuple[str, ...] = ("claude", "custom", "codex", "opencode", "pi")
 DEFAULT_EXCLUDE: tuple[str, ...] = (".env", ".env.*", ".envrc", "*.pem", "*.key", "id_*")
@@ -79,6 +85,7 @@ class Config:
     on_kill: str
     enforce: str
     sources: Mapping[str, Setting]
+    project_file: ProjectFile | None = None
 
     def is_default(self, key: str) -> bool:
         """True when no file, env var or flag set ``key``."""
@@ -169,6 +176,17 @@ def _optional_text(value: object) -> str | None:
     if not isinstance(value, str):
         raise ValueError
     return value.strip() or None
+
+
+def _optional_name(value: object) -> str | None:
+    """A name passed as one argument (``--model NAME``): never something a harness's
+    option parser could read as another option."""
+    name = _optional_text(value)
+    if name is not None and (
+        name.startswith("-") or not re.fullmatch(r"[^\s\x00-\x1f\x7f-\x9f]+", name)
+    ):
+        raise ValueError
+    return name
 
 
 def _timeout(value: object) -> float:
@@ -300,6 +318,8 @@ class _Spec:
     expect: str
     example: object
     env: tuple[str, ...] = ()  # later names win when several are set
+    # What a project file may set without the user's trust (see sono.trust).
+    trust: Rule = field(kw_only=True)
 
 
 def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
@@ -311,8 +331,18 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             f"one of {', '.join(harness_choices)}",
             "claude",
             ("SO_HARNESS",),
+            # Each harness copies its own credential files from your home into the sandbox.
+            trust=t.same_or("custom", "copies its credential files from your home"),
         ),
-        _Spec("iterations", 10, _int_at_least(1), "an integer >= 1", 10, ("SO_ITERATIONS",)),
+        _Spec(
+            "iterations",
+            10,
+            _int_at_least(1),
+            "an integer >= 1",
+            10,
+            ("SO_ITERATIONS",),
+            trust=t.safe(),
+        ),
         # SANDBOX is seed A's variable; SO_SANDBOX wins when both are set.
         _Spec(
             "sandbox",
@@ -321,6 +351,7 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             "one of auto, bwrap, docker, microvm",
             "docker",
             ("SANDBOX", "SO_SANDBOX"),
+            trust=t.unless_chosen("auto"),
         ),
         _Spec(
             "workspace",
@@ -329,9 +360,19 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             "one of auto, overlay, copy",
             "copy",
             ("SO_WORKSPACE",),
+            trust=t.safe(),
         ),
-        _Spec("model", None, _optional_text, "a string", "opus", ("SO_MODEL",)),
-        _Spec("effort", None, _optional_text, "a string", "high", ("SO_EFFORT",)),
+        # Safe in a project file because it is only ever one argv value of the harness.
+        _Spec(
+            "model",
+            None,
+            _optional_name,
+            "a model name (no spaces or control characters, not starting with '-')",
+            "opus",
+            ("SO_MODEL",),
+            trust=t.safe(),
+        ),
+        _Spec("effort", None, _optional_text, "a string", "high", ("SO_EFFORT",), trust=t.safe()),
         _Spec(
             "agent_cmd",
             None,
@@ -339,6 +380,7 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             "a command-line string",
             "my-agent",
             ("SO_AGENT_CMD",),
+            trust=t.host("runs on your host in so plan and so learn"),
         ),
         _Spec(
             "iteration_timeout",
@@ -347,6 +389,7 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             'a duration > 0 (seconds, or like "90s", "30m", "1h30m")',
             "30m",
             ("SO_ITERATION_TIMEOUT",),
+            trust=t.safe(),
         ),
         _Spec(
             "no_progress_limit",
@@ -355,8 +398,17 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             "an integer >= 1",
             3,
             ("SO_NO_PROGRESS_LIMIT",),
+            trust=t.safe(),
         ),
-        _Spec("commit_retries", 3, _int_at_least(0), "an integer >= 0", 3, ("SO_COMMIT_RETRIES",)),
+        _Spec(
+            "commit_retries",
+            3,
+            _int_at_least(0),
+            "an integer >= 0",
+            3,
+            ("SO_COMMIT_RETRIES",),
+            trust=t.safe(),
+        ),
         _Spec(
             "exclude",
             DEFAULT_EXCLUDE,
@@ -364,9 +416,25 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             "a list of non-empty glob strings",
             [".env", "*.pem"],
             ("SO_EXCLUDE",),
+            trust=t.superset(),
         ),
-        _Spec("bwrap", None, _optional_text, "a path string", "/usr/bin/bwrap", ("SO_BWRAP",)),
-        _Spec("pager", None, _optional_text, "a command-line string", "less -R"),
+        _Spec(
+            "bwrap",
+            None,
+            _optional_text,
+            "a path string",
+            "/usr/bin/bwrap",
+            ("SO_BWRAP",),
+            trust=t.host("runs on your host"),
+        ),
+        _Spec(
+            "pager",
+            None,
+            _optional_text,
+            "a command-line string",
+            "less -R",
+            trust=t.host("runs on your host"),
+        ),
         _Spec(
             "docker_base",
             None,
@@ -374,6 +442,7 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             "an image reference",
             "debian:bookworm-slim",
             ("SO_DOCKER_BASE",),
+            trust=t.host("your Docker engine pulls it and builds the runner image from it"),
         ),
         _Spec(
             "max_cost",
@@ -382,6 +451,7 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             "a number of dollars > 0",
             5.0,
             ("SO_MAX_COST",),
+            trust=t.at_most(),
         ),
         _Spec(
             "network.mode",
@@ -390,6 +460,7 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             "one of none, allowlist, open",
             "allowlist",
             ("SO_NETWORK",),
+            trust=t.ordered(("none", "allowlist", "open")),
         ),
         _Spec(
             "network.allow",
@@ -398,6 +469,7 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             "a list of hosts, .suffixes or IP/CIDR ranges",
             ["github.com", ".npmjs.org"],
             ("SO_NETWORK_ALLOW",),
+            trust=t.subset(),
         ),
         _Spec(
             "network.deny",
@@ -406,6 +478,7 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             "a list of hosts, .suffixes or IP/CIDR ranges",
             ["evil.example"],
             ("SO_NETWORK_DENY",),
+            trust=t.superset(),
         ),
         _Spec(
             "secrets",
@@ -413,6 +486,7 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _secrets,
             'a table of [secrets.NAME] with env = "VAR" or file = "PATH", and hosts = [...]',
             {"GH_TOKEN": {"env": "GH_TOKEN", "hosts": ["api.github.com"]}},
+            trust=t.subset(),
         ),
         _Spec(
             "files.ro",
@@ -421,6 +495,7 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             "a list of absolute host paths",
             ["~/datasets"],
             ("SO_FILES_RO",),
+            trust=t.subset(),
         ),
         _Spec(
             "files.rw",
@@ -429,6 +504,7 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             "a list of absolute host paths",
             ["/srv/scratch"],
             ("SO_FILES_RW",),
+            trust=t.subset(),
         ),
         _Spec(
             "limits.memory",
@@ -437,6 +513,7 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             'a size like "4g" or "512m"',
             "4g",
             ("SO_LIMIT_MEMORY",),
+            trust=t.at_most(),
         ),
         _Spec(
             "limits.cpus",
@@ -445,6 +522,7 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             "a number of CPUs > 0",
             2,
             ("SO_LIMIT_CPUS",),
+            trust=t.at_most(),
         ),
         _Spec(
             "limits.pids",
@@ -453,6 +531,7 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             "an integer >= 16",
             512,
             ("SO_LIMIT_PIDS",),
+            trust=t.at_most(),
         ),
         _Spec(
             "limits.disk",
@@ -461,6 +540,7 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             'a size like "10g"',
             "10g",
             ("SO_LIMIT_DISK",),
+            trust=t.at_most(),
         ),
         _Spec(
             "limits.total_time",
@@ -469,6 +549,7 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             'a duration > 0, like "4h"',
             "4h",
             ("SO_LIMIT_TOTAL_TIME",),
+            trust=t.at_most(),
         ),
         _Spec(
             "limits.on_kill",
@@ -477,6 +558,7 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             "one of continue, stop",
             "stop",
             ("SO_LIMIT_ON_KILL",),
+            trust=t.ordered(("stop", "continue")),
         ),
         _Spec(
             "enforce",
@@ -485,6 +567,7 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             "one of strict, best-effort",
             "strict",
             ("SO_ENFORCE",),
+            trust=t.ordered(("strict", "best-effort")),
         ),
         _Spec(
             "max_tokens",
@@ -493,6 +576,7 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             "an integer > 0",
             2_000_000,
             ("SO_MAX_TOKENS",),
+            trust=t.at_most(),
         ),
     ]
     return {spec.key: spec for spec in specs}
@@ -519,6 +603,23 @@ def project_config_path(project: Path) -> Path:
 # ---------------------------------------------------------------- loading
 
 
+@dataclass(frozen=True)
+class ProjectFile:
+    """A project's ``.so/config.toml`` as read: the sha256 of its bytes, whether the user
+    trusted exactly this content (``so trust``), and the keys that need that trust."""
+
+    path: Path
+    project: Path
+    sha256: str
+    trusted: bool
+    changed: bool  # trusted once, with another content
+    findings: tuple[t.Finding, ...]
+
+    @property
+    def label(self) -> str:
+        return "trusted" if self.trusted else "untrusted"
+
+
 def load_config(
     *,
     project: Path | None,
@@ -526,20 +627,82 @@ def load_config(
     home: Path,
     flags: Mapping[str, object],
     harness_choices: Sequence[str] = DEFAULT_HARNESSES,
+    trust: TrustStore | None = None,
 ) -> Config:
-    """Resolve every setting across the five layers; raise ConfigError on bad input.
+    """Resolve every setting across the five layers; raise ConfigError on bad input, and
+    when an untrusted project file sets a key that needs trust (see :mod:`sono.trust`).
 
     ``flags`` maps keys to the values the user passed (typed or raw strings); ``None``
-    means "not passed".
+    means "not passed". ``trust`` defaults to the store under ``$SO_HOME``.
     """
     specs = _specs(harness_choices)
+    settings = _lower_layers(specs, env, home)
+    read = None if project is None else _project_layer(project, specs, settings, trust, env)
+    env_layer = _env_layer(env, specs)
+    flag_layer = _flag_layer(flags, specs)
+    if read is not None:
+        project_file, layer = read
+        _require_trust(project_file, overridden=env_layer.keys() | flag_layer.keys())
+        settings.update(layer)
+    settings.update(env_layer)
+    settings.update(flag_layer)
+    return _build(settings, None if read is None else read[0])
+
+
+def inspect_project(
+    *,
+    project: Path,
+    env: Mapping[str, str],
+    home: Path,
+    harness_choices: Sequence[str] = DEFAULT_HARNESSES,
+    trust: TrustStore | None = None,
+) -> ProjectFile | None:
+    """The project file, its hash, trust and findings, without refusing it (``so trust``).
+    None when the project has no ``.so/config.toml``; ConfigError when it is invalid."""
+    specs = _specs(harness_choices)
+    read = _project_layer(project, specs, _lower_layers(specs, env, home), trust, env)
+    return None if read is None else read[0]
+
+
+def _lower_layers(
+    specs: Mapping[str, _Spec], env: Mapping[str, str], home: Path
+) -> dict[str, Setting]:
+    """Defaults and the user file: what a project file is compared against."""
     settings = {key: Setting(key, spec.default, "default") for key, spec in specs.items()}
     settings.update(_file_layer(user_config_path(env, home), "user file", specs))
-    if project is not None:
-        settings.update(_file_layer(project_config_path(project), "project file", specs))
-    settings.update(_env_layer(env, specs))
-    settings.update(_flag_layer(flags, specs))
-    return _build(settings)
+    return settings
+
+
+def _project_layer(
+    project: Path,
+    specs: Mapping[str, _Spec],
+    lower: Mapping[str, Setting],
+    store: TrustStore | None,
+    env: Mapping[str, str],
+) -> tuple[ProjectFile, dict[str, Setting]] | None:
+    path = project_config_path(project)
+    data = _read_project_bytes(path)
+    if data is None:
+        return None
+    values = _values(path, _parse_toml(path, _decode(path, data)), specs)
+    sha256 = t.digest(data)
+    known = (store or TrustStore.default(env)).trusted_digest(project)
+    found = t.findings(
+        values,
+        {key: s.value for key, s in lower.items()},
+        {key: spec.trust for key, spec in specs.items()},
+    )
+    pf = ProjectFile(path, project, sha256, known == sha256, known not in (None, sha256), found)
+    source = f"project file ({path}, {pf.label})"
+    return pf, {key: Setting(key, value, source) for key, value in values.items()}
+
+
+def _require_trust(pf: ProjectFile, *, overridden: Collection[str]) -> None:
+    """Refuse an untrusted file that sets a key needing trust (one an env var or flag
+    overrides is never used, so it needs none). Never half-applied: all or an error."""
+    needed = [f for f in pf.findings if f.key not in overridden]
+    if needed and not pf.trusted:
+        raise _fail(t.untrusted_message(pf.path, pf.project, needed, changed=pf.changed))
 
 
 # Tables whose keys are settings of their own (``[network] mode = ...`` is ``network.mode``).
@@ -560,16 +723,22 @@ def _flatten(data: Mapping[str, object]) -> list[tuple[str, object]]:
 
 def _file_layer(path: Path, label: str, specs: Mapping[str, _Spec]) -> dict[str, Setting]:
     source = f"{label} ({path})"
-    layer = {}
-    for key, raw in _flatten(_read_toml(path)):
+    values = _values(path, _read_toml(path), specs)
+    return {key: Setting(key, value, source) for key, value in values.items()}
+
+
+def _values(
+    path: Path, data: Mapping[str, object], specs: Mapping[str, _Spec]
+) -> dict[str, object]:
+    """The parsed value of every key in a file; ConfigError on an unknown key or bad value."""
+    values = {}
+    for key, raw in _flatten(data):
         spec = specs.get(key)
         if spec is None:
             raise _fail(_unknown_key(path, key, raw, specs))
-        value = _check(
-            spec, raw, where=str(path), got=True, fix=f"e.g. {key} = {_toml_literal(spec.example)}"
-        )
-        layer[key] = Setting(key, value, source)
-    return layer
+        fix = f"e.g. {key} = {_toml_literal(spec.example)}"
+        values[key] = _check(spec, raw, where=str(path), got=True, fix=fix)
+    return values
 
 
 def _env_layer(env: Mapping[str, str], specs: Mapping[str, _Spec]) -> dict[str, Setting]:
@@ -622,7 +791,7 @@ def _check(spec: _Spec, raw: object, *, where: str, got: bool, fix: str) -> obje
         raise _fail(f"{where}: '{spec.key}' must be {spec.expect}{shown}; {fix}") from None
 
 
-def _build(settings: Mapping[str, Setting]) -> Config:
+def _build(settings: Mapping[str, Setting], project_file: ProjectFile | None) -> Config:
     def get(key: str, kind: type[_T]) -> _T:
         value = settings[key].value
         if not isinstance(value, kind):  # the parsers guarantee this; a bug otherwise
@@ -666,6 +835,7 @@ def _build(settings: Mapping[str, Setting]) -> Config:
         on_kill=get("limits.on_kill", str),
         enforce=get("enforce", str),
         sources=MappingProxyType(dict(settings)),
+        project_file=project_file,
     )
 
 
@@ -673,30 +843,83 @@ def _build(settings: Mapping[str, Setting]) -> Config:
 
 
 def _read_toml(path: Path) -> dict[str, object]:
-    text = _read_text(path)
-    if text is None:
+    try:
+        data = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
         return {}
+    except OSError as exc:
+        raise _unreadable(path, exc) from exc
+    return _parse_toml(path, _decode(path, data))
+
+
+def _parse_toml(path: Path, text: str) -> dict[str, object]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise _fail(_toml_error(path, text, exc)) from exc
 
 
-def _read_text(path: Path) -> str | None:
-    """The file's text, or None when there is no such file."""
+def _decode(path: Path, data: bytes) -> str:
     try:
-        return path.read_bytes().decode("utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise _fail(
             f"{path}: config file is not UTF-8 text; re-save it as UTF-8 or move it away"
         ) from exc
+
+
+def _unreadable(path: Path, exc: OSError) -> ConfigError:
+    return _fail(
+        f"{path}: cannot read config file ({exc.strerror or exc}); "
+        "fix its permissions or move it away"
+    )
+
+
+PROJECT_FILE_LIMIT = 1 << 20
+
+
+def _read_project_bytes(path: Path) -> bytes | None:
+    """The project file's bytes, or None when there is none. Whoever writes the project
+    writes this file, so: no symbolic link is followed (trust pins this file's content,
+    not another file's), and only a regular file of at most 1 MiB is read (a FIFO or
+    device would hang or flood so)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        dir_fd = os.open(path.parent, flags | os.O_DIRECTORY)
+    except (FileNotFoundError, NotADirectoryError):
+        if path.parent.is_symlink():  # Linux says ENOTDIR for O_NOFOLLOW on a link here
+            raise _linked(path.parent) from None
+        return None
     except OSError as exc:
-        raise _fail(
-            f"{path}: cannot read config file ({exc.strerror or exc}); "
-            "fix its permissions or move it away"
-        ) from exc
+        raise _linked(path.parent) if exc.errno == errno.ELOOP else _unreadable(path, exc) from exc
+    try:
+        fd = os.open(path.name, flags, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _linked(path) if exc.errno == errno.ELOOP else _unreadable(path, exc) from exc
+    finally:
+        os.close(dir_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _fail(f"{path}: not a regular file; replace it with a file or remove it")
+        chunks, size = [], 0
+        while size <= PROJECT_FILE_LIMIT and (chunk := os.read(fd, 1 << 16)):
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+    finally:
+        os.close(fd)
+    if len(data) > PROJECT_FILE_LIMIT:
+        raise _fail(f"{path}: larger than 1 MiB; a config file is a few lines, remove it")
+    return data
+
+
+def _linked(path: Path) -> ConfigError:
+    return _fail(
+        f"{path}: is a symbolic link, which so does not follow for project config; "
+        "replace it with the file itself"
+    )
 
 
 _TOML_WHERE = re.compile(r"\s*\((?:at line (?P<line>\d+), column \d+|at end of document)\)$")
@@ -724,8 +947,9 @@ def _unknown_key(path: Path, key: str, raw: object, specs: Mapping[str, _Spec]) 
 
 
 def _fail(message: str) -> ConfigError:
-    """A ConfigError whose message is guaranteed to be one line."""
-    return ConfigError(" ".join(message.splitlines()))
+    """A ConfigError whose message is one line, its control characters made visible (it
+    quotes files that whoever writes the project wrote)."""
+    return ConfigError(for_terminal(" ".join(message.splitlines())))
 
 
 def _show(value: object) -> str:
@@ -750,4 +974,11 @@ def _shell_literal(value: object) -> str:
 
 
 def _jsonable(value: object) -> object:
-    return list(value) if isinstance(value, tuple) else value
+    if isinstance(value, Secret):  # where the value comes from, never the value
+        return {
+            "name": value.name,
+            "env": value.env,
+            "file": value.file,
+            "hosts": list(value.hosts),
+        }
+    return [_jsonable(v) for v in value] if isinstance(value, tuple) else value

@@ -83,7 +83,8 @@ def test_config_shows_provenance_and_flag_wins(repo: Path, isolated_home: Path) 
     out = so("config", "--json", "-m", "opus", cwd=repo, env={"SANDBOX": "bwrap"})
     data = json.loads(out.stdout)
     assert data["harness"]["source"].startswith("user file")
-    assert data["iterations"] == {"value": 4, "source": f"project file ({repo}/.so/config.toml)"}
+    source = f"project file ({repo}/.so/config.toml, untrusted)"  # iterations needs no trust
+    assert data["iterations"] == {"value": 4, "source": source}
     assert data["sandbox"]["source"] == "env SANDBOX"
     assert data["model"] == {"value": "opus", "source": "flag --model"}
     text = so("config", cwd=repo).stdout

@@ -61,6 +61,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rm": ("remove sandboxes", "so rm ID\n  so rm --all --yes\n  so rm --older-than 7d"),
     "doctor": ("check this host: bwrap, git, agent CLIs, credentials", "so doctor"),
     "config": ("show each setting and where it came from", "so config\n  so config --json"),
+    "trust": (
+        "trust this exact content of the project's .so/config.toml (its keys that run on "
+        "your host or widen the sandbox policy apply only then)",
+        "so trust --show      # what the file sets that needs trust, and its status\n"
+        "  so trust             # after reviewing .so/config.toml\n  so trust --revoke",
+    ),
     "demo": ("run a full loop offline on a throwaway repo", "so demo\n  so demo --agent builtin"),
     "agents": (
         "install or list agent CLIs at pinned versions",
@@ -221,6 +227,10 @@ def _more_flags(name: str, p: argparse.ArgumentParser) -> None:
         p.add_argument("action", choices=("list", "reset"))
         p.add_argument("name", nargs="?", help="volume id or a unique prefix (reset)")
         p.add_argument("--json", action="store_true", help="machine-readable list")
+    if name == "trust":
+        what = p.add_mutually_exclusive_group()
+        what.add_argument("--show", action="store_true", help="status and the keys needing trust")
+        what.add_argument("--revoke", action="store_true", help="forget the trusted content")
     if name == "agents":
         p.add_argument("action", choices=("install", "list"))
         p.add_argument("names", nargs="*", help="claude, jscpd")

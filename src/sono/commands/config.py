@@ -7,8 +7,9 @@ from pathlib import Path
 
 from sono.backends import choose_auto
 from sono.commands import _common as c
-from sono.config import project_config_path, user_config_path
+from sono.config import ProjectFile, project_config_path, user_config_path
 from sono.errors import SoError
+from sono.textsafe import one_line
 from sono.workspace import inspect_host
 
 
@@ -34,13 +35,22 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nsandbox now:  {backend} ({why})")
     print(f"user file:    {user_config_path(c.environ(), Path.home())}")
     if project is not None:
-        print(f"project file: {project_config_path(project)}")
+        print(f"project file: {project_config_path(project)}{_trust(cfg.project_file)}")
     return 0
 
 
+def _trust(pf: ProjectFile | None) -> str:
+    if pf is None:
+        return " (none)"
+    if pf.trusted:
+        return f" (trusted, sha256 {pf.sha256[:16]}: all its keys apply)"
+    return " (untrusted: only keys safe in a project file apply; see so trust --show)"
+
+
 def _show(value: object) -> str:
+    # Values may come from a project file, i.e. from whoever writes the project.
     if value is None:
         return "-"
     if isinstance(value, tuple):
-        return ",".join(map(str, value))
-    return str(value)
+        return one_line(",".join(map(str, value)), 120)
+    return one_line(str(value), 120)

@@ -12,7 +12,7 @@ from sono import agents, proc
 from sono.backends import BACKENDS, PLANNED, choose_auto, get_backend
 from sono.backends.base import Backend
 from sono.commands import _common as c
-from sono.config import Config
+from sono.config import Config, ProjectFile
 from sono.errors import SoError
 from sono.harnesses import HARNESSES, available, harness_class
 from sono.harnesses.base import AgentOptions
@@ -48,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
         out.append(line(None, f"backend {name}", "not supported yet"))
     out.append(line(selected_ok, "selected sandbox", f"{selected} ({why})"))
     out.append(line(True, "network", _network(cfg)))
+    if cfg.project_file is not None:
+        out.append(_project_config(cfg.project_file))
     git = shutil.which("git")
     out.append(
         line(
@@ -80,6 +82,17 @@ def _workspace(name: str, backend: Backend, wanted: str) -> str:
     if wanted == "overlay":
         return line(False, what, f"workspace = overlay cannot work here: {obstacle}")
     return line(None, what, f"falls back to a full copy: {obstacle}")
+
+
+def _project_config(pf: ProjectFile) -> str:
+    if pf.trusted:
+        return line(True, "project config", f"{pf.path}: trusted (so trust), all its keys apply")
+    return line(
+        None,
+        "project config",
+        f"{pf.path}: untrusted, sets only keys safe in a project file; "
+        "keys that run on your host or widen the policy need `so trust`",
+    )
 
 
 def _network(cfg: Config) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sono import proc, specs
 from sono.commands import _common as c
-from sono.errors import SoError
+from sono.errors import ConfigError, SoError
 from sono.workspace import inspect_host
 
 
@@ -48,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     try:
         return interactive_session(args, root, specs.PLAN_PROMPT, "plan")
+    except ConfigError:
+        raise  # a broken or untrusted config is an error, not a reason to skip the agent
     except SoError as exc:
         print(f"so: not starting the planning agent: {exc}")
         print("so: next: edit specs/*.md, commit them, then `so run`")
