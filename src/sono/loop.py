@@ -15,6 +15,7 @@ from sono.harnesses.base import AgentOptions, EventParser, Harness
 from sono.net.session import NetSession, Offsets
 from sono.sandbox import Sandbox
 from sono.state import BLOCKED, DONE, FAILED, RUNNING, STOPPED, IterationRecord, now_iso
+from sono.workspace import SandboxGit
 
 # Documented exit codes (README "Exit codes").
 EXIT_DONE = 0
@@ -24,6 +25,11 @@ EXIT_EXHAUSTED = 5
 EXIT_NO_PROGRESS = 6
 EXIT_BUDGET = 7
 EXIT_INTERRUPTED = 130
+
+# Each log an agent run writes (output.log, events.jsonl) stops growing here: the agent's
+# output is hostile input, and the host's disk is not the sandbox's to fill.
+MAX_LOG_BYTES = 32 * 1024 * 1024
+MIN_GIT_S = 10.0
 
 OUTCOME_EXIT = {
     "done": EXIT_DONE,
@@ -155,6 +161,8 @@ class Loop:
         self._tally = Tally()
         self._next_prompt: str | None = None
         self._killed: str | None = None
+        self._log_dropped = 0  # bytes of agent output not logged (the logs' budget)
+        self._started = time.monotonic()
         self._ended: tuple[str, list[str], list[str], int] | None = None  # after_if_clean
         self.net = net
 
@@ -170,7 +178,7 @@ class Loop:
         records: list[IterationRecord] = []
         idle = 0
         self.sb.save(status=RUNNING, runner_pid=os.getpid(), stop_reason=None, last_error=None)
-        started = time.monotonic()
+        started = self._started = time.monotonic()
         outcome, message = "exhausted", f"ran {planned} iteration(s) without status done"
         try:
             for offset in range(planned):
@@ -226,7 +234,16 @@ class Loop:
         )
 
     def _count_commits(self) -> int:
-        return len(self.sb.git.commits(self.sb.record.base_ref))
+        return len(self._git().commits(self.sb.record.base_ref))
+
+    def _git(self) -> SandboxGit:
+        """so's git in the sandbox, each command within the iteration timeout and what is
+        left of the total time (at least :data:`MIN_GIT_S`, to record what happened)."""
+        budget = self.opts.timeout_s
+        if self.opts.total_time_s is not None:
+            left = self.opts.total_time_s - (time.monotonic() - self._started)
+            budget = min(budget, left)
+        return self.sb.git.within(max(budget, MIN_GIT_S))
 
     def iteration(self, n: int, i: int, planned: int) -> IterationRecord:
         """One fresh agent process, then commit enforcement, refs and records."""
@@ -234,11 +251,12 @@ class Loop:
         drift = self.sb.fix_drift()
         if drift:
             self.reporter.note(f"the host changed under the sandbox: {drift.summary()}")
-        head, recent = self.sb.git.before(self.sb.record.base_ref)
+        head, recent = self._git().before(self.sb.record.base_ref)
         start = _Start(head, now_iso(), time.monotonic())
         net_start = self.net.offsets() if self.net else None
         self._tally = Tally()
         self._killed = None
+        self._log_dropped = 0
         prompt = self.prompt(i, planned, recent)
         try:
             exit_code, timed_out, events = self.run_agent(n, prompt, "agent")
@@ -266,6 +284,7 @@ class Loop:
             auto_committed=auto,
             events=events,
             killed=self._killed,
+            log_bytes_dropped=self._log_dropped,
             **self._network(n, net_start),
         )
         self.sb.save(last_error=self._agent_error(rec))
@@ -280,22 +299,22 @@ class Loop:
         log = self.net.since(start)
         if log.denied:
             shown = ", ".join(sorted({f"{d.get('host')}:{d.get('port')}" for d in log.denied}))
+            total = sum(int(d.get("count") or 1) for d in log.denied)
             self.reporter.note(
-                f"iteration {n}: the network policy denied {len(log.denied)} "
-                f"attempt(s): {shown[:200]}"
+                f"iteration {n}: the network policy denied {total} attempt(s): {shown[:200]}"
             )
         if not (self._tally.tokens_in or self._tally.tokens_out):
             self._tally.tokens_in, self._tally.tokens_out = log.tokens_in, log.tokens_out
         return {
             "net_denied": tuple(log.denied),
-            "gateway_requests": len(log.requests),
+            "gateway_requests": log.requests,
             "gateway_tokens_in": log.tokens_in,
             "gateway_tokens_out": log.tokens_out,
         }
 
     def _enforce_commit(self, n: int, i: int, start: _Start) -> tuple[int, bool]:
         """Re-prompt the agent to commit a dirty tree; commit what is still left."""
-        git = self.sb.git
+        git = self._git()
         retries = 0
         if self._killed == "disk":
             return 0, False  # committing what filled the disk would store it twice
@@ -321,7 +340,7 @@ class Loop:
         """Tag the iteration's end, store its record and update the registry."""
         rec_ = self.sb.record
         ended, self._ended = self._ended, None
-        head, changed, commits, total = ended or self.sb.git.after(
+        head, changed, commits, total = ended or self._git().after(
             rec_.iter_ref(n), start.head, rec_.base_ref
         )
         status = specs.parse_status(self.sb.read_file(specs.STATUS))
@@ -381,18 +400,19 @@ class Loop:
         parser = self.harness.parser()
         count = 0
         with (
-            (out_dir / f"output{suffix}.log").open("w") as raw,
-            (out_dir / f"events{suffix}.jsonl").open("a") as ev_out,
+            (out_dir / f"output{suffix}.log").open("w", encoding="utf-8") as raw_fh,
+            (out_dir / f"events{suffix}.jsonl").open("a", encoding="utf-8") as ev_fh,
         ):
+            raw, ev_out = CappedLog(raw_fh), CappedLog(ev_fh)
 
             def on_line(line: str) -> None:
                 nonlocal count
-                _write(raw, line)
+                raw.write(line)
                 for event in _parse(parser, line):
                     count += 1
                     if isinstance(event, Usage):
                         self._tally.add(event)
-                    _write(ev_out, dumps(event))
+                    ev_out.write(dumps(event))
                     self.reporter.event(event)
 
             result = self.sb.backend.exec(
@@ -402,6 +422,13 @@ class Loop:
                 stdin_text=prompt,
                 timeout=self.opts.timeout_s,
                 on_line=on_line,
+            )
+        dropped = raw.dropped + ev_out.dropped
+        if dropped:
+            self._log_dropped += dropped
+            self.reporter.note(
+                f"iteration {n}: the agent's output passed the {MAX_LOG_BYTES >> 20} MiB log "
+                f"budget; {dropped} bytes were not logged"
             )
         if result.timed_out:
             self.reporter.note(
@@ -417,9 +444,27 @@ class Loop:
         return result.returncode, result.timed_out, count
 
 
-def _write(fh: IO[str], line: str) -> None:
-    fh.write(line + "\n")
-    fh.flush()
+class CappedLog:
+    """A line log that stops at ``limit`` bytes: one marker line, then only a count of
+    what was dropped (``dropped``)."""
+
+    def __init__(self, fh: IO[str], limit: int = MAX_LOG_BYTES) -> None:
+        self.fh = fh
+        self.limit = limit
+        self.written = 0
+        self.dropped = 0
+
+    def write(self, line: str) -> None:
+        size = len(line.encode(errors="replace")) + 1
+        if self.dropped or self.written + size > self.limit:
+            if not self.dropped:
+                self.fh.write(f"[so: log budget of {self.limit} bytes reached; the rest dropped]\n")
+                self.fh.flush()
+            self.dropped += size
+            return
+        self.written += size
+        self.fh.write(line + "\n")
+        self.fh.flush()
 
 
 def _parse(parser: EventParser, line: str) -> list[Event]:
