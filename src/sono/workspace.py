@@ -52,11 +52,13 @@ SANDBOX_GIT_CONFIG = (
     ("submodule.recurse", "false"),
     ("status.submoduleSummary", "false"),
 )
-# Runs "$@" under timeout(1) (which signals the command's whole process group); when time
-# is up, also everything else this user runs there (a setsid'd child holding the output
-# open), and exit 124.
+# Runs "$@" under timeout(1) (which signals the command's whole process group) with its
+# output in files, so that a child it leaves behind (a filter's setsid'd daemon) cannot hold
+# the exec's pipes open; when time is up, also kills everything else this user runs there,
+# and exits 124.
 _BOUNDED = (
-    'timeout -k 5 "$0" "$@"; rc=$?; '
+    'd=$(mktemp -d) || exit 125; timeout -k 5 "$0" "$@" </dev/null >"$d/o" 2>"$d/e"; rc=$?; '
+    'cat "$d/o"; cat "$d/e" >&2; rm -rf "$d"; '
     'if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then kill -9 -1 2>/dev/null; exit 124; fi; '
     'exit "$rc"'
 )

@@ -682,7 +682,8 @@ class Proxy(UnixServer):
             await self._serve(reader, writer)
         except HttpError as exc:
             with contextlib.suppress(OSError):
-                writer.write(simple_response(exc.status, f"so proxy: {exc.message}\n"))
+                message = clip(exc.message, 2 * MAX_REASON)  # may quote what was sent
+                writer.write(simple_response(exc.status, f"so proxy: {message}\n"))
                 await writer.drain()
         except asyncio.CancelledError:
             pass  # close(): end quietly (a cancelled handler task makes asyncio log noise)
