@@ -60,7 +60,7 @@ def test_endless_line_and_output_flood_stay_bounded(tmp_path: Path, backend: str
     assert head.startswith("CONTROL-LINE-BEFORE\n")  # control: output is still logged
     assert "more bytes of this line dropped" in log.read_text(errors="replace")[:200_000]
     assert record(out)["log_bytes_dropped"] > 0
-    assert (out.sandbox_dir / "iterations" / "1" / "record.json").stat().st_size < 20_000
+    assert iteration_file(out, "record.json").stat().st_size < 20_000
     # so's memory: the largest child of this test process is so itself (the agent's
     # processes run inside and are small); an unbounded reader needs GBs here.
     assert children_max_rss_mb() < max(rss_before, 0) + 400
