@@ -6,6 +6,7 @@ Every attack has a control: the same kind of thing, harmless, still works."""
 
 from __future__ import annotations
 
+import base64
 import json
 import resource
 import time
@@ -15,7 +16,20 @@ from typing import Any
 import pytest
 from hostile import HostileUser, Outcome
 
+from sono.net.proxy import BACKLOG, MAX_CONNECTIONS
+
 pytestmark = pytest.mark.integration
+
+
+def make_user(tmp_path: Path) -> HostileUser:
+    """A HostileUser whose ~/.docker/config.json canary is valid base64 (the Docker SDK
+    reads that file and fails on anything else)."""
+    user = HostileUser.make(tmp_path)
+    value = user.canaries["~/.docker/config.json"]
+    auth = base64.b64encode(f"u:{value}".encode()).decode()
+    config = {"auths": {"r.example": {"auth": auth}}}
+    (user.home / ".docker" / "config.json").write_text(json.dumps(config))
+    return user
 
 
 def children_max_rss_mb() -> float:
@@ -48,7 +62,7 @@ echo "CONTROL-LINE-AFTER"
 
 
 def test_endless_line_and_output_flood_stay_bounded(tmp_path: Path, backend: str) -> None:
-    user = HostileUser.make(tmp_path)
+    user = make_user(tmp_path)
     rss_before = children_max_rss_mb()
     t0 = time.monotonic()
     out = user.attack(HUGE_OUTPUT, backend=backend, extra=("--timeout", "10m"))
@@ -87,7 +101,7 @@ PY
 
 
 def test_deny_log_and_record_stay_small_under_a_denial_flood(tmp_path: Path, backend: str) -> None:
-    user = HostileUser.make(tmp_path)
+    user = make_user(tmp_path)
     out = user.attack(NET_FLOOD, backend=backend, extra=("--network", "allowlist"))
     assert out.returncode != 3, out.stderr
     assert "CONTROL HTTP/1.1 403" in iteration_file(out, "output.log").read_text()
@@ -105,25 +119,37 @@ def test_deny_log_and_record_stay_small_under_a_denial_flood(tmp_path: Path, bac
 
 
 CONNECTION_FLOOD = r"""
+ulimit -n 30000 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 python3 - <<'PY'
-import resource, socket, time
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 30000), hard))
-held = []
-for path in ("/run/so/net/proxy.sock", "/run/so/net/gateway.sock") * 10000:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.setblocking(False)
-    try:
-        s.connect(path)
-        s.send(b"GET /anthropic/v1/models HTTP/1.1\r\nHo")   # slowloris: never ends
-    except OSError:
-        s.close()
-        continue
-    held.append(s)
-print("HELD", len(held), flush=True)
-time.sleep(5)
-for s in held:
-    s.close()
+import os, socket, time
+def hold(n):
+    held = []
+    for path in ("/run/so/net/proxy.sock", "/run/so/net/gateway.sock") * (n // 2):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(path)
+            s.send(b"GET /anthropic/v1/models HTTP/1.1\r\nHo")   # slowloris: never ends
+        except OSError:
+            s.close()
+            continue
+        held.append(s)
+    return held
+kids = []
+for _ in range(20):  # 20 processes: 20,000 connections whatever one process may open
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        held = hold(1000)
+        os.write(w, str(len(held)).encode())
+        time.sleep(8)
+        os._exit(0)
+    os.close(w)
+    kids.append((pid, r))
+total = sum(int(os.read(r, 20) or b"0") for _, r in kids)
+print("HELD", total, flush=True)
+for pid, _ in kids:
+    os.waitpid(pid, 0)
 time.sleep(1)
 c = socket.create_connection(("127.0.0.1", 3128), timeout=30)
 c.sendall(b"CONNECT control.example:443 HTTP/1.1\r\nHost: control.example:443\r\n\r\n")
@@ -133,10 +159,13 @@ PY
 
 
 def test_connection_flood_does_not_exhaust_so(tmp_path: Path, backend: str) -> None:
-    user = HostileUser.make(tmp_path)
+    user = make_user(tmp_path)
     out = user.attack(CONNECTION_FLOOD, backend=backend, extra=("--network", "allowlist"))
     text = iteration_file(out, "output.log").read_text()
-    assert "HELD" in text
+    [held] = [int(line.split()[1]) for line in text.splitlines() if line.startswith("HELD ")]
+    # Served at once plus waiting in the backlog, per server; the rest are refused (with
+    # no cap, every one of the 20,000 is accepted and holds a descriptor of so).
+    assert 100 < held <= 2 * (MAX_CONNECTIONS + BACKLOG) + 10
     assert "CONTROL HTTP/1.1 403" in text  # the proxy still serves after the flood
     assert out.returncode != 3, out.stderr
     assert "Too many open files" not in out.stderr + out.stdout
@@ -156,7 +185,7 @@ echo work > done.txt && git add done.txt && git -c core.hooksPath=/dev/null comm
 
 
 def test_a_sandbox_repo_whose_git_hangs_cannot_hang_so(tmp_path: Path, backend: str) -> None:
-    user = HostileUser.make(tmp_path)
+    user = make_user(tmp_path)
     control = user.attack(GIT_CONTROL, backend=backend)
     assert control.returncode in (0, 5, 6), control.stderr  # control: the run completes
     t0 = time.monotonic()
@@ -197,7 +226,7 @@ PY
 
 
 def test_so_rm_removes_any_tree_the_agent_leaves(tmp_path: Path, backend: str) -> None:
-    user = HostileUser.make(tmp_path)
+    user = make_user(tmp_path)
     out = user.attack(DEEP_TREE, backend=backend)
     assert out.sandbox_id is not None
     control = user.attack("echo fine > ok.txt\n", backend=backend)
