@@ -347,3 +347,14 @@ def test_step_stop_ends_the_loop(tmp_path: Path) -> None:
     )
     result = loop.run()
     assert result.outcome == "stopped" and result.exit_code == 0 and len(result.iterations) == 1
+
+
+def test_capped_log_stops_at_its_budget_with_one_marker_and_counts_the_rest() -> None:
+    from sono.loop import CappedLog
+
+    buf = io.StringIO()
+    log = CappedLog(buf, limit=10)
+    for line in ("abcd", "efgh", "ijkl", "mn"):
+        log.write(line)
+    assert buf.getvalue() == "abcd\nefgh\n[so: log budget of 10 bytes reached; the rest dropped]\n"
+    assert (log.written, log.dropped) == (10, 8)

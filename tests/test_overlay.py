@@ -226,3 +226,45 @@ def test_a_vanished_project_is_a_clear_error(tmp_path: Path) -> None:
     ov = Overlay.under(tmp_path / "sb", tmp_path / "gone")
     with pytest.raises(SoError, match=r"the project .*gone under sandbox p-1 is gone"):
         ov.require_lower("p-1")
+
+
+def _deep(root: Path, depth: int) -> None:
+    """``depth`` nested directories, each with a mode-000 file and a link loop (by
+    descriptor: the path would be far beyond PATH_MAX)."""
+    fd = os.open(root, os.O_RDONLY)
+    for _ in range(depth):
+        os.mkdir("d", dir_fd=fd)
+        sub = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(os.open("f", os.O_CREAT | os.O_WRONLY, 0o000, dir_fd=sub))
+        os.symlink("..", "loop", dir_fd=sub)
+        os.close(fd)
+        fd = sub
+    os.close(fd)
+
+
+def test_remove_tree_takes_any_depth_locked_dirs_and_link_loops(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("host file")
+    outside.chmod(0o755)
+    root = tmp_path / "sandbox"
+    root.mkdir()
+    _deep(root, 5000)
+    locked = root / "x" / "y"
+    locked.mkdir(parents=True)
+    (locked / "z").write_text("1")
+    locked.chmod(0)
+    (root / "x").chmod(0o500)
+    (root / "to-host").symlink_to(outside)
+    (root / "x-link").symlink_to(outside / "keep")
+    overlay.remove_tree(root)
+    assert not root.exists()
+    assert (outside / "keep").read_text() == "host file"  # links removed, never followed
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o755
+
+
+def test_remove_tree_of_a_file_or_nothing(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    overlay.remove_tree(tmp_path / "f")
+    overlay.remove_tree(tmp_path / "missing")
+    assert not (tmp_path / "f").exists()

@@ -15,10 +15,11 @@ from sono.errors import SoError
 from sono.events import Event, Raw, Usage, dumps
 from sono.harnesses.base import AgentOptions, EventParser, Harness
 from sono.net.session import NetSession, Offsets
-from sono.net.usage import Measured, measure
+from sono.net.usage import Measured
 from sono.sandbox import Sandbox
 from sono.state import BLOCKED, DONE, FAILED, RUNNING, STOPPED, IterationRecord, now_iso
 from sono.textsafe import one_line
+from sono.workspace import SandboxGit
 
 # Documented exit codes (README "Exit codes").
 EXIT_DONE = 0
@@ -28,6 +29,11 @@ EXIT_EXHAUSTED = 5
 EXIT_NO_PROGRESS = 6
 EXIT_BUDGET = 7
 EXIT_INTERRUPTED = 130
+
+# Each log an agent run writes (output.log, events.jsonl) stops growing here: the agent's
+# output is hostile input, and the host's disk is not the sandbox's to fill.
+MAX_LOG_BYTES = 32 * 1024 * 1024
+MIN_GIT_S = 10.0
 
 OUTCOME_EXIT = {
     "done": EXIT_DONE,
@@ -175,6 +181,8 @@ class Loop:
         self._tally = Tally()
         self._next_prompt: str | None = None
         self._killed: str | None = None
+        self._log_dropped = 0  # bytes of agent output not logged (the logs' budget)
+        self._started = time.monotonic()
         self._ended: tuple[str, list[str], list[str], int] | None = None  # after_if_clean
         self.net = net
 
@@ -191,7 +199,7 @@ class Loop:
         idle = 0
         self.sb.save(status=RUNNING, runner_pid=os.getpid(), stop_reason=None, last_error=None)
         self.sb.take()  # the starting point: whatever the human left (shell, reset, specs)
-        started = time.monotonic()
+        started = self._started = time.monotonic()
         outcome, message = "exhausted", f"ran {planned} iteration(s) without status done"
         try:
             for offset in range(planned):
@@ -249,17 +257,27 @@ class Loop:
     def _count_commits(self) -> int:
         return self.sb.vault.count(self.sb.record.base_commit, self.sb.tip)
 
+    def _git(self) -> SandboxGit:
+        """so's git in the sandbox, each command within the iteration timeout and what is
+        left of the total time (at least :data:`MIN_GIT_S`, to record what happened)."""
+        budget = self.opts.timeout_s
+        if self.opts.total_time_s is not None:
+            left = self.opts.total_time_s - (time.monotonic() - self._started)
+            budget = min(budget, left)
+        return self.sb.git.within(max(budget, MIN_GIT_S))
+
     def iteration(self, n: int, i: int, planned: int) -> IterationRecord:
         """One fresh agent process, then commit enforcement, refs and records."""
         self.reporter.iteration_started(i, planned, self.sb.record.id)
         drift = self.sb.fix_drift()
         if drift:
             self.reporter.note(f"the host changed under the sandbox: {drift.summary()}")
-        _, recent = self.sb.git.before(self.sb.record.base_ref)
+        _, recent = self._git().before(self.sb.record.base_ref)
         start = _Start(self.sb.tip, now_iso(), time.monotonic())
         net_start = self.net.offsets() if self.net else None
         self._tally = Tally()
         self._killed = None
+        self._log_dropped = 0
         prompt = self.prompt(i, planned, recent)
         try:
             exit_code, timed_out, events = self.run_agent(n, prompt, "agent")
@@ -287,6 +305,7 @@ class Loop:
             auto_committed=auto,
             events=events,
             killed=self._killed,
+            log_bytes_dropped=self._log_dropped,
             **self._network(n, net_start),
         )
         self.sb.save(last_error=self._agent_error(rec))
@@ -302,20 +321,19 @@ class Loop:
         log = self.net.since(start)
         if log.denied:
             shown = ", ".join(sorted({f"{d.get('host')}:{d.get('port')}" for d in log.denied}))
+            total = sum(int(d.get("count") or 1) for d in log.denied)
             self.reporter.note(
-                f"iteration {n}: the network policy denied {len(log.denied)} "
-                f"attempt(s): {one_line(shown)}"
+                f"iteration {n}: the network policy denied {total} attempt(s): {one_line(shown)}"
             )
-        refused = [r for r in log.requests if r.get("refused")]
-        if refused:
+        if log.refused:
             self.reporter.note(
-                f"iteration {n}: the model gateway refused {len(refused)} request(s): "
-                f"{one_line(str(refused[0]['refused']))}"
+                f"iteration {n}: the model gateway refused {log.refused} request(s): "
+                f"{one_line(log.refused_reasons[0] if log.refused_reasons else '')}"
             )
-        self._settle(n, measure(log.requests))
+        self._settle(n, log.measured)
         return {
             "net_denied": tuple(log.denied),
-            "gateway_requests": len(log.requests),
+            "gateway_requests": log.requests,
             "gateway_tokens_in": log.tokens_in,
             "gateway_tokens_out": log.tokens_out,
         }
@@ -334,7 +352,7 @@ class Loop:
 
     def _enforce_commit(self, n: int, i: int, start: _Start) -> tuple[int, bool]:
         """Re-prompt the agent to commit a dirty tree; commit what is still left."""
-        git = self.sb.git
+        git = self._git()
         retries = 0
         if self._killed == "disk":
             return 0, False  # committing what filled the disk would store it twice
@@ -362,7 +380,7 @@ class Loop:
         ended, self._ended = self._ended, None
         if ended is None:  # the sandbox's own iteration ref, for humans in `so shell`
             with contextlib.suppress(SoError):
-                self.sb.git.after(rec_.iter_ref(n), start.head, rec_.base_ref)
+                self._git().after(rec_.iter_ref(n), start.head, rec_.base_ref)
         head, changed, commits, total = self._recorded(n, start.head)
         status = specs.parse_status(self.sb.read_file(specs.STATUS))
         rec = IterationRecord(
@@ -436,18 +454,19 @@ class Loop:
         parser = self.harness.parser()
         count = 0
         with (
-            (out_dir / f"output{suffix}.log").open("w") as raw,
-            (out_dir / f"events{suffix}.jsonl").open("a") as ev_out,
+            (out_dir / f"output{suffix}.log").open("w", encoding="utf-8") as raw_fh,
+            (out_dir / f"events{suffix}.jsonl").open("a", encoding="utf-8") as ev_fh,
         ):
+            raw, ev_out = CappedLog(raw_fh), CappedLog(ev_fh)
 
             def on_line(line: str) -> None:
                 nonlocal count
-                _write(raw, line)
+                raw.write(line)
                 for event in _parse(parser, line):
                     count += 1
                     if isinstance(event, Usage):
                         self._tally.add(event)
-                    _write(ev_out, dumps(event))
+                    ev_out.write(dumps(event))
                     self.reporter.event(event)
 
             result = self.sb.backend.exec(
@@ -457,6 +476,13 @@ class Loop:
                 stdin_text=prompt,
                 timeout=self.opts.timeout_s,
                 on_line=on_line,
+            )
+        dropped = raw.dropped + ev_out.dropped
+        if dropped:
+            self._log_dropped += dropped
+            self.reporter.note(
+                f"iteration {n}: the agent's output passed the {MAX_LOG_BYTES >> 20} MiB log "
+                f"budget; {dropped} bytes were not logged"
             )
         if result.timed_out:
             self.reporter.note(
@@ -472,9 +498,27 @@ class Loop:
         return result.returncode, result.timed_out, count
 
 
-def _write(fh: IO[str], line: str) -> None:
-    fh.write(line + "\n")
-    fh.flush()
+class CappedLog:
+    """A line log that stops at ``limit`` bytes: one marker line, then only a count of
+    what was dropped (``dropped``)."""
+
+    def __init__(self, fh: IO[str], limit: int = MAX_LOG_BYTES) -> None:
+        self.fh = fh
+        self.limit = limit
+        self.written = 0
+        self.dropped = 0
+
+    def write(self, line: str) -> None:
+        size = len(line.encode(errors="replace")) + 1
+        if self.dropped or self.written + size > self.limit:
+            if not self.dropped:
+                self.fh.write(f"[so: log budget of {self.limit} bytes reached; the rest dropped]\n")
+                self.fh.flush()
+            self.dropped += size
+            return
+        self.written += size
+        self.fh.write(line + "\n")
+        self.fh.flush()
 
 
 def _parse(parser: EventParser, line: str) -> list[Event]:

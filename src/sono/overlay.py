@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -374,11 +373,97 @@ def _mirror_parents(ov: Overlay, rel: str) -> None:
 
 
 def remove_tree(path: Path) -> None:
-    """Delete ``path`` even where overlayfs left directories without permissions."""
-    if not path.exists():
+    """Delete ``path`` whatever a sandbox left in it: any depth, directories without
+    permissions (overlayfs' work dirs, an agent's ``chmod 000``), symlinks and their loops
+    (removed, never followed). No recursion and no long paths: the walk holds one open
+    directory at a time and names entries relative to it. Should that walk fail (a tree
+    changing under it, entries owned by someone else), ``chmod -R`` and ``rm -rf`` try."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        path.unlink()
         return
     try:
-        shutil.rmtree(path)
+        _remove_dir(path)
     except OSError:
         proc.run(["chmod", "-R", "u+rwx", str(path)], check=False)
-        shutil.rmtree(path, ignore_errors=True)
+        proc.run(["rm", "-rf", "--one-file-system", str(path)], check=False)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _remove_dir(path: Path) -> None:
+    top = os.open(path.parent, _DIR_FLAGS)
+    try:
+        fd = _open_dir(path.name, top)
+    finally:
+        os.close(top)
+    names: list[str] = []  # the path from ``path`` down to the open directory
+    pending = [_clear(fd)]  # per level: subdirectories still to remove
+    idents = [_ident(fd)]
+    try:
+        while True:
+            if pending[-1]:
+                name = pending[-1].pop()
+                try:
+                    sub = _open_dir(name, fd)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue  # gone, or not a directory (any more)
+                os.close(fd)
+                fd = sub
+                names.append(name)
+                pending.append(_clear(fd))
+                idents.append(_ident(fd))
+                continue
+            if not names:
+                break
+            name = names.pop()
+            pending.pop()
+            idents.pop()
+            parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            if _ident(fd) != idents[-1]:
+                raise OSError(f"{path}: the tree moved while it was being removed")
+            os.rmdir(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    path.rmdir()
+
+
+def _open_dir(name: str, parent_fd: int) -> int:
+    """Open the directory ``name`` under ``parent_fd`` without following a link; one
+    without permissions is given ``u+rwx`` first (through an ``O_PATH`` descriptor, so
+    the mode of nothing else can be changed)."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    except PermissionError:
+        where = os.open(name, os.O_PATH | _DIR_FLAGS, dir_fd=parent_fd)
+        try:
+            Path(f"/proc/self/fd/{where}").chmod(0o700)
+        finally:
+            os.close(where)
+        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+
+
+def _clear(fd: int) -> list[str]:
+    """Unlink everything but subdirectories in ``fd``; return the subdirectories."""
+    if stat.S_IMODE(os.fstat(fd).st_mode) & 0o700 != 0o700:
+        os.fchmod(fd, 0o700)
+    dirs: list[str] = []
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                dirs.append(entry.name)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.name, dir_fd=fd)
+    return dirs
+
+
+def _ident(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -25,6 +25,10 @@ from sono.errors import SoError
 log = logging.getLogger("sono.proc")
 
 KILL_GRACE_S = 3.0
+# Output of sandboxed commands is hostile input: one line (a 3 GB write without a newline)
+# must never cost more than this much memory; the rest of it is dropped, and said so.
+MAX_LINE = 64 * 1024
+READ_CHUNK = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -222,5 +226,54 @@ def _feed(proc: subprocess.Popen[bytes], text: str) -> None:
 
 def _pump(proc: subprocess.Popen[bytes], on_line: Callable[[str], None]) -> None:
     assert proc.stdout is not None
-    for raw in proc.stdout:
-        on_line(raw.decode(errors="replace").rstrip("\n"))
+    fd = proc.stdout.fileno()
+    for line in read_lines(lambda size: os.read(fd, size)):
+        on_line(line)
+
+
+def read_lines(read: Callable[[int], bytes], max_line: int = MAX_LINE) -> Iterator[str]:
+    """The lines of a byte stream (``read(n)`` returns ``b""`` at EOF), each cut to
+    ``max_line`` bytes (see :class:`LineSplitter`)."""
+    splitter = LineSplitter(max_line)
+    while chunk := read(READ_CHUNK):
+        yield from splitter.feed(chunk)
+    yield from splitter.end()
+
+
+class LineSplitter:
+    """Splits a byte stream into text lines in O(``max_line``) memory: bytes of a line
+    beyond ``max_line`` are dropped and the line ends with a marker saying how many."""
+
+    def __init__(self, max_line: int = MAX_LINE) -> None:
+        self.max_line = max_line
+        self._buf = bytearray()
+        self._dropped = 0
+
+    def feed(self, chunk: bytes) -> list[str]:
+        lines: list[str] = []
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            self._keep(chunk, start, len(chunk) if end < 0 else end)
+            if end < 0:
+                return lines
+            lines.append(self._take())
+            start = end + 1
+
+    def end(self) -> list[str]:
+        """The unterminated last line, if any."""
+        return [self._take()] if self._buf or self._dropped else []
+
+    def _keep(self, chunk: bytes, start: int, end: int) -> None:
+        room = max(0, self.max_line - len(self._buf))
+        take = min(room, end - start)
+        self._buf += chunk[start : start + take]
+        self._dropped += end - start - take
+
+    def _take(self) -> str:
+        text = self._buf.decode(errors="replace")
+        if self._dropped:
+            text += f" [so: {self._dropped} more bytes of this line dropped]"
+        self._buf = bytearray()
+        self._dropped = 0
+        return text

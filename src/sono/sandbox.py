@@ -159,7 +159,7 @@ class Sandbox:
         known = [c for c in (rec.base_commit, rec.tip) if c and vault.has_commit(c)]
         tip = take_head(
             vault,
-            run_inside=lambda argv: self.backend.run(spec=self.spec, argv=argv, check=False),
+            run_inside=lambda argv: self.git.script(argv, check=False),
             git_dir=self.git_dir,
             base=rec.base_commit,
             exclude=known or [rec.host_head],

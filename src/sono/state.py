@@ -156,6 +156,7 @@ class IterationRecord:
     # The network: attempts the policy denied ({time, host, port, reason}) and what the
     # model gateway saw (requests, tokens) in this iteration.
     killed: str | None = None  # a resource limit that ended the agent run
+    log_bytes_dropped: int = 0  # agent output beyond the logs' budget, not written
     net_denied: tuple[dict[str, Any], ...] = ()
     gateway_requests: int = 0
     gateway_tokens_in: int = 0

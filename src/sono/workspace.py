@@ -32,6 +32,50 @@ SANDBOX_IDENTITY = ("so sandbox", "so@sandbox.invalid")
 MARK = "@@so-section@@"  # separates the outputs of batched git queries
 # No hooks, no fsmonitor daemon, and never an opportunistic index rewrite on the host.
 GIT_SAFE = ("--no-optional-locks", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+# so's own git in the sandbox repo, whose config is the agent's: every command is bounded in
+# time (a hanging hook, filter or fsmonitor must not hang so), and runs with what could
+# start a program or a long job switched off. Given as GIT_CONFIG_* variables (the same
+# rank as -c) so that they reach every git of a batched script too.
+GIT_TIMEOUT_S = 120.0
+SANDBOX_GIT_CONFIG = (
+    ("core.hooksPath", "/dev/null"),
+    ("core.fsmonitor", "false"),
+    ("core.untrackedCache", "false"),
+    ("core.preloadIndex", "false"),
+    ("core.splitIndex", "false"),
+    ("core.pager", "cat"),
+    ("commit.gpgSign", "false"),
+    ("tag.gpgSign", "false"),
+    ("log.showSignature", "false"),
+    ("gc.auto", "0"),
+    ("maintenance.auto", "false"),
+    ("submodule.recurse", "false"),
+    ("status.submoduleSummary", "false"),
+)
+# Runs "$@" under timeout(1) (which signals the command's whole process group) with its
+# output in files, so that a child it leaves behind (a filter's setsid'd daemon) cannot hold
+# the exec's pipes open; when time is up, also kills everything else this user runs there,
+# and exits 124.
+_BOUNDED = (
+    'd=$(mktemp -d) || exit 125; timeout -k 5 "$0" "$@" </dev/null >"$d/o" 2>"$d/e"; rc=$?; '
+    'cat "$d/o"; cat "$d/e" >&2; rm -rf "$d"; '
+    'if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then kill -9 -1 2>/dev/null; exit 124; fi; '
+    'exit "$rc"'
+)
+
+
+def sandbox_git_env() -> dict[str, str]:
+    env = {"GIT_CONFIG_COUNT": str(len(SANDBOX_GIT_CONFIG)), "GIT_OPTIONAL_LOCKS": "0"}
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    for i, (key, value) in enumerate(SANDBOX_GIT_CONFIG):
+        env[f"GIT_CONFIG_KEY_{i}"] = key
+        env[f"GIT_CONFIG_VALUE_{i}"] = value
+    return env
+
+
+def bounded_argv(argv: Sequence[str], timeout_s: float) -> list[str]:
+    """``argv`` under :data:`_BOUNDED` with ``timeout_s`` seconds."""
+    return ["sh", "-c", _BOUNDED, f"{max(timeout_s, 1.0):.1f}", *argv]
 
 
 @dataclass(frozen=True)
@@ -258,14 +302,48 @@ def alternates(gitdir: Path) -> list[Path]:
 
 
 class SandboxGit:
-    """git on the sandbox repo, executed inside the sandbox under its policy."""
+    """git on the sandbox repo, executed inside the sandbox under its policy, each
+    command within ``timeout_s`` (:data:`GIT_TIMEOUT_S`) and with
+    :data:`SANDBOX_GIT_CONFIG`; a command that runs out of time raises
+    :class:`~sono.errors.SoError`, and nothing of it is left running."""
 
-    def __init__(self, backend: Backend, spec: SandboxSpec) -> None:
+    def __init__(
+        self, backend: Backend, spec: SandboxSpec, timeout_s: float = GIT_TIMEOUT_S
+    ) -> None:
         self.backend = backend
         self.spec = spec
+        self.timeout_s = timeout_s
+
+    def within(self, seconds: float) -> SandboxGit:
+        """The same, with at most ``seconds`` per command."""
+        return SandboxGit(self.backend, self.spec, min(self.timeout_s, seconds))
 
     def __call__(self, *args: str, check: bool = True) -> proc.Completed:
-        return self.backend.run(spec=self.spec, argv=["git", *args], check=check)
+        return self._run(["git", *args], check=check)
+
+    def script(self, argv: Sequence[str], *, check: bool = True) -> proc.Completed:
+        """Any command (a ``sh -c`` around git) under the same time limit and settings."""
+        return self._run(argv, check=check)
+
+    def _run(self, argv: Sequence[str], *, check: bool = True) -> proc.Completed:
+        result = self.backend.run(
+            spec=self.spec,
+            argv=bounded_argv(argv, self.timeout_s),
+            check=False,
+            env=sandbox_git_env(),
+        )
+        result = proc.Completed(tuple(argv), result.returncode, result.stdout, result.stderr)
+        if result.returncode == 124:
+            what = " ".join(argv[:2]) if argv[0] == "git" else "git"
+            raise SoError(
+                f"{what} in sandbox {self.spec.id} did not finish within "
+                f"{self.timeout_s:.0f}s and was killed (a hook, filter, fsmonitor or a huge "
+                f"index in the sandbox repo?); `so shell {self.spec.id}` to look, "
+                f"`so rm {self.spec.id}` to discard it"
+            )
+        if check and result.returncode != 0:
+            raise proc.CommandError(result)
+        return result
 
     def out(self, *args: str) -> str:
         return self(*args).stdout.strip()
@@ -328,8 +406,7 @@ class SandboxGit:
 
     def _sh(self, script: str, *args: str) -> str:
         # $0 is the section marker; the arguments follow as $1, $2, …
-        result = self.backend.run(spec=self.spec, argv=["sh", "-c", script, MARK, *args])
-        return result.stdout
+        return self._run(["sh", "-c", script, MARK, *args]).stdout
 
     def commit_all(self, message: str) -> None:
         self("add", "-A")

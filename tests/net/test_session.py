@@ -110,3 +110,28 @@ def test_mode_none_serves_only_the_gateway(tmp_path: Path) -> None:
     with NetSession(tmp_path / "net", NetworkPolicy(mode="none"), gateway_for({}).routes):
         assert _connects(tmp_path / "net" / "sock" / GATEWAY_SOCK)
         assert not (tmp_path / "net" / "sock" / PROXY_SOCK).exists()
+
+
+def test_since_keeps_distinct_denials_with_counts_in_bounded_memory(tmp_path: Path) -> None:
+    """Whatever the logs hold, an iteration's network record stays small."""
+    from sono.net.session import MAX_LOG_LINE, MAX_RECORD_DENIALS
+
+    session = NetSession(tmp_path / "net", NetworkPolicy(mode="allowlist"), ())
+    session.dir.mkdir(parents=True)
+    start = session.offsets()
+    with session.denied_log.open("w") as fh:
+        for i in range(200):
+            line = {"time": "t", "host": f"h{i % 100}.test", "port": 443, "reason": "r"}
+            fh.write(json.dumps({**line, "count": 2}) + "\n")
+        fh.write('{"host": "' + "x" * (MAX_LOG_LINE * 3) + '"}\n')  # skipped, not parsed
+        fh.write("not json\n")
+    with session.usage_log.open("w") as fh:
+        for _ in range(1000):
+            fh.write(json.dumps({"input_tokens": 3, "output_tokens": 2}) + "\n")
+    log = session.since(start)
+    assert len(log.denied) == MAX_RECORD_DENIALS + 1
+    assert log.denied[0] == {"time": "t", "host": "h0.test", "port": 443, "reason": "r", "count": 4}
+    assert log.denied[-1]["host"] == "*"
+    assert sum(d["count"] for d in log.denied) == 400
+    assert (log.requests, log.tokens_in, log.tokens_out) == (1000, 3000, 2000)
+    assert len(json.dumps(log.denied)) < 20_000

@@ -598,15 +598,13 @@ class DockerBackend:
 
 
 def _pump(stream: Any, on_line: Callable[[str], None]) -> None:
-    buffer = b""
+    splitter = proc.LineSplitter()  # a line without end must not grow this process
     with contextlib.suppress(Exception):
         for chunk in stream:
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                on_line(line.decode(errors="replace"))
-    if buffer:
-        on_line(buffer.decode(errors="replace"))
+            for line in splitter.feed(chunk):
+                on_line(line)
+    for line in splitter.end():
+        on_line(line)
 
 
 def _short(exc: BaseException) -> str:

@@ -311,7 +311,6 @@ class Gateway(UnixServer):
         self._ssl = ssl_context
         self._connect_timeout = connect_timeout
         self._upstream_idle = upstream_idle
-        self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def route_for(self, path: str) -> Route | None:

@@ -41,6 +41,7 @@ import contextlib
 import datetime
 import ipaddress
 import json
+import logging
 import re
 import socket
 import ssl
@@ -60,6 +61,8 @@ from sono.net.secrets import BoundSecret, Unbound, bound_to, placeholders_in, su
 if TYPE_CHECKING:
     from sono.net.tls import SessionCA
 
+log = logging.getLogger("sono.net")
+
 MAX_HEAD = 64 * 1024
 HEAD_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 30.0
@@ -68,6 +71,20 @@ IDLE_TIMEOUT_S = 600.0
 CLOSE_GRACE_S = 5.0
 BUFFER = 64 * 1024
 MAX_SUBSTITUTED_BODY = 8 * 1024 * 1024
+# Everything the sandbox sends is hostile input, and these servers run in the host's `so`:
+# at most this many connections are served at once per server (more wait in the kernel's
+# backlog, and beyond it are refused), so a flood cannot use up the process's descriptors.
+MAX_CONNECTIONS = 128
+BACKLOG = 256
+ACCEPT_PAUSE_S = 0.2  # after a failed accept (EMFILE, ENFILE, ENOBUFS): rest, then go on
+# The denial log: fields are cut, a repeated denial is counted rather than written again,
+# at most MAX_DENY_KEYS distinct ones are logged one by one, and once MAX_DENY_LOG_BYTES
+# have been written only one summary line per flush is.
+MAX_DENY_KEYS = 256
+MAX_DENY_LOG_BYTES = 4 * 1024 * 1024
+MAX_REASON = 300
+MAX_HOST = 253
+DENY_FLUSH_S = 30.0
 CONNECT_OK = b"HTTP/1.1 200 Connection Established\r\n\r\n"
 
 Resolver = Callable[[str, int], Awaitable[Sequence[IPAddress]]]
@@ -217,6 +234,66 @@ def append_json_line(path: Path, record: dict[str, object]) -> None:
     """One line, written and flushed at once (readers may tail the file)."""
     with path.open("a", encoding="utf-8") as f:
         f.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, marked when cut."""
+    return text if len(text) <= limit else f"{text[:limit]}…[{len(text) - limit} more]"
+
+
+DenyKey = tuple[str, int, str]
+OVERFLOW: DenyKey = ("*", 0, "more distinct denials than so logs one by one")
+
+
+class DenyLog:
+    """The proxy's denial log, bounded whatever the sandbox sends.
+
+    A denial is one JSON line ``{"time", "host", "port", "reason", "count"}``, written at
+    once the first time its (host, port, reason) is seen; repeats are counted and written
+    as one line per key (``count`` = repeats since the last one) by :meth:`flush`. Past
+    :data:`MAX_DENY_KEYS` distinct denials, new ones are counted under :data:`OVERFLOW`;
+    past :data:`MAX_DENY_LOG_BYTES` written, a flush writes one summary line only.
+    Thread-safe: the proxy adds from its loop, the session flushes between iterations."""
+
+    def __init__(
+        self, path: Path, *, max_keys: int = MAX_DENY_KEYS, max_bytes: int = MAX_DENY_LOG_BYTES
+    ) -> None:
+        self.path = path
+        self.max_keys = max_keys
+        self.max_bytes = max_bytes
+        self.written = 0
+        self._seen: set[DenyKey] = set()
+        self._pending: dict[DenyKey, int] = {}
+        self._lock = threading.Lock()
+
+    def add(self, host: str, port: int, reason: str) -> None:
+        key = (clip(host, MAX_HOST), port, clip(reason, MAX_REASON))
+        with self._lock:
+            if key in self._seen:
+                self._pending[key] = self._pending.get(key, 0) + 1
+            elif len(self._seen) < self.max_keys and self.written < self.max_bytes:
+                self._seen.add(key)
+                self._write(key, 1)
+            else:
+                self._pending[OVERFLOW] = self._pending.get(OVERFLOW, 0) + 1
+
+    def flush(self) -> None:
+        """Write the counts of repeats seen since the last flush."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+            if self.written >= self.max_bytes and pending:
+                pending = {OVERFLOW: sum(pending.values())}
+            for key, count in pending.items():
+                self._write(key, count)
+
+    def _write(self, key: DenyKey, count: int) -> None:
+        host, port, reason = key
+        record: dict[str, object] = {"time": now_iso(), "host": host, "port": port}
+        record.update(reason=reason, count=count)
+        line = json.dumps(record, ensure_ascii=False) + "\n"
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(line)
+        self.written += len(line)
 
 
 async def close_writer(writer: asyncio.StreamWriter) -> None:
@@ -446,31 +523,90 @@ async def system_resolver(host: str, port: int) -> list[IPAddress]:
 
 
 class UnixServer:
-    """An asyncio server on a Unix socket (a stale socket file is replaced) whose open
-    connections are cancelled, and whose socket is removed, on :meth:`close`."""
+    """An asyncio server on a Unix socket (a stale socket file is replaced) serving at
+    most :data:`MAX_CONNECTIONS` connections at once (the next ones wait in the backlog);
+    a failed accept (out of descriptors) pauses accepting instead of ending the server.
+    On :meth:`close` open connections are cancelled and the socket is removed."""
 
     socket_path: Path
-    _server: asyncio.Server | None
     _tasks: set[asyncio.Task[Any]]
+    max_connections: int = MAX_CONNECTIONS
+    _listener: socket.socket | None = None
+    _acceptor: asyncio.Task[None] | None = None
 
     async def _listen(
         self, handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
     ) -> None:
         if self.socket_path.is_socket():
             self.socket_path.unlink()
-        self._server = await asyncio.start_unix_server(
-            handle, path=str(self.socket_path), limit=MAX_HEAD, backlog=1024
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(str(self.socket_path))
+            listener.listen(BACKLOG)
+            listener.setblocking(False)
+        except OSError:
+            listener.close()
+            raise
+        self._listener = listener
+        self._acceptor = asyncio.create_task(self._accept(listener, handle))
+
+    async def _accept(
+        self,
+        listener: socket.socket,
+        handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        slots = asyncio.Semaphore(self.max_connections)
+        while True:
+            await slots.acquire()
+            try:
+                conn, _ = await loop.sock_accept(listener)
+            except OSError as exc:  # EMFILE, ENFILE, ENOBUFS, ENOMEM, ECONNABORTED
+                slots.release()
+                log.warning("%s: accept failed (%s); pausing", self.socket_path.name, exc)
+                await asyncio.sleep(ACCEPT_PAUSE_S)
+                continue
+            task = asyncio.create_task(self._connection(conn, handle))
+            self._tasks.add(task)
+
+            def done(task: asyncio.Task[None]) -> None:
+                self._tasks.discard(task)
+                slots.release()
+
+            task.add_done_callback(done)
+
+    @staticmethod
+    async def _connection(
+        conn: socket.socket,
+        handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+    ) -> None:
+        # As asyncio.start_server does it: a protocol with a connected callback is the
+        # server side (which StreamWriter.start_tls relies on).
+        loop = asyncio.get_running_loop()
+        connected: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
+        connected = loop.create_future()
+        protocol = asyncio.StreamReaderProtocol(
+            asyncio.StreamReader(limit=MAX_HEAD, loop=loop),
+            lambda reader, writer: connected.set_result((reader, writer)),
+            loop=loop,
         )
+        try:
+            await loop.connect_accepted_socket(lambda: protocol, conn)
+        except OSError:
+            conn.close()
+            return
+        await handle(*await connected)
 
     async def close(self) -> None:
-        if self._server is None:
+        listener, acceptor = self._listener, self._acceptor
+        if listener is None or acceptor is None:
             return
-        self._server.close()
+        acceptor.cancel()
         for task in list(self._tasks):
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._server.wait_closed()
-        self._server = None
+        await asyncio.gather(acceptor, *self._tasks, return_exceptions=True)
+        listener.close()
+        self._listener = self._acceptor = None
         self.socket_path.unlink(missing_ok=True)
 
 
@@ -507,7 +643,8 @@ class Proxy(UnixServer):
         self._idle = idle_timeout
         self._connect_timeout = connect_timeout
         self._head_timeout = head_timeout
-        self._server: asyncio.Server | None = None
+        self.denials = DenyLog(self.log_path)
+        self._flusher: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.secrets = tuple(secrets)
         if self.secrets and ca is None:
@@ -521,6 +658,21 @@ class Proxy(UnixServer):
     async def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         await self._listen(self._handle)
+        self._flush_later()
+
+    def _flush_later(self) -> None:
+        """Repeated denials reach the log at least every :data:`DENY_FLUSH_S` (also when
+        another ``so`` process reads it)."""
+        self.denials.flush()
+        loop = asyncio.get_running_loop()
+        self._flusher = loop.call_later(DENY_FLUSH_S, self._flush_later)
+
+    async def close(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+            self._flusher = None
+        await super().close()
+        self.denials.flush()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -530,7 +682,8 @@ class Proxy(UnixServer):
             await self._serve(reader, writer)
         except HttpError as exc:
             with contextlib.suppress(OSError):
-                writer.write(simple_response(exc.status, f"so proxy: {exc.message}\n"))
+                message = clip(exc.message, 2 * MAX_REASON)  # may quote what was sent
+                writer.write(simple_response(exc.status, f"so proxy: {message}\n"))
                 await writer.drain()
         except asyncio.CancelledError:
             pass  # close(): end quietly (a cancelled handler task makes asyncio log noise)
@@ -777,6 +930,8 @@ class Proxy(UnixServer):
 
     async def _check(self, host: str, port: int) -> tuple[str, list[IPAddress]]:
         """Check, resolve once, check every address: (normalised host, the addresses)."""
+        if normalize_host(host) is None:  # not a host name: a client error, not a denial
+            raise HttpError(400, f"invalid host name {clip(host, MAX_HOST)!r}")
         early = precheck(self.policy, host, port)
         if early is not None:
             self._deny(host, port, early.reason)
@@ -827,9 +982,8 @@ class Proxy(UnixServer):
         return self._upstream_ssl
 
     def _deny(self, host: str, port: int, reason: str) -> NoReturn:
-        record: dict[str, object] = {"time": now_iso(), "host": host, "port": port}
-        record["reason"] = reason
-        append_json_line(self.log_path, record)
+        self.denials.add(host, port, reason)
+        host, reason = clip(host, MAX_HOST), clip(reason, MAX_REASON)
         raise HttpError(403, f"{host}:{port} blocked by so network policy: {reason}")
 
 

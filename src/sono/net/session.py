@@ -41,6 +41,7 @@ from sono.net.gateway import ApiKind, AuthStyle, GatewayThread, Route
 from sono.net.policy import NetworkPolicy
 from sono.net.proxy import ProxyThread
 from sono.net.secrets import BoundSecret, resolve, sandbox_env
+from sono.net.usage import Measured, measure
 
 PROXY_PORT = 3128
 GATEWAY_PORT = 3129
@@ -129,20 +130,27 @@ class Offsets:
     usage: int = 0
 
 
+# What an iteration record keeps of the network, whatever the logs hold: at most this many
+# distinct denials (with counts; the rest summed into one), each log line read at most
+# MAX_LOG_LINE bytes, and at most MAX_LOG_READ bytes of a log read per iteration.
+MAX_RECORD_DENIALS = 50
+MAX_LOG_LINE = 4096
+MAX_LOG_READ = 64 * 1024 * 1024
+OTHER_DENIALS = "other denials (more distinct ones than a record keeps)"
+
+
 @dataclass
 class NetLog:
-    """What one iteration did on the network."""
+    """What one iteration did on the network: the policy's denials, distinct, with
+    ``count`` (bounded, see :data:`MAX_RECORD_DENIALS`), and the gateway's requests."""
 
     denied: list[dict[str, Any]] = field(default_factory=list)
-    requests: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def tokens_in(self) -> int:
-        return sum(int(r.get("input_tokens") or 0) for r in self.requests)
-
-    @property
-    def tokens_out(self) -> int:
-        return sum(int(r.get("output_tokens") or 0) for r in self.requests)
+    requests: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    refused: int = 0  # requests the gateway refused (not a model endpoint)
+    refused_reasons: list[str] = field(default_factory=list)  # the first few, bounded
+    measured: Measured = field(default_factory=lambda: measure(()))
 
 
 class NetSession:
@@ -206,10 +214,32 @@ class NetSession:
         self._threads.clear()
 
     def offsets(self) -> Offsets:
+        self._flush()
         return Offsets(_size(self.denied_log), _size(self.usage_log))
 
     def since(self, start: Offsets) -> NetLog:
-        return NetLog(_lines(self.denied_log, start.denied), _lines(self.usage_log, start.usage))
+        self._flush()
+        log = NetLog(denied=_denials(_lines(self.denied_log, start.denied)))
+
+        def counted() -> Iterator[dict[str, Any]]:
+            for item in _lines(self.usage_log, start.usage):
+                log.requests += 1
+                log.tokens_in += _int(item.get("input_tokens"))
+                log.tokens_out += _int(item.get("output_tokens"))
+                if item.get("refused"):
+                    log.refused += 1
+                    if len(log.refused_reasons) < 3:
+                        log.refused_reasons.append(str(item["refused"])[:200])
+                yield item
+
+        log.measured = measure(counted())  # streamed: bounded memory
+        return log
+
+    def _flush(self) -> None:
+        """Counts of repeated denials reach the log (when this process runs the proxy)."""
+        for thread in self._threads:
+            if isinstance(thread, ProxyThread):
+                thread.proxy.denials.flush()
 
 
 def policy_of(cfg: Config) -> NetworkPolicy:
@@ -248,20 +278,57 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _lines(path: Path, offset: int) -> list[dict[str, Any]]:
+def _lines(path: Path, offset: int) -> Iterator[dict[str, Any]]:
+    """The JSON objects of ``path`` from ``offset`` on, read in bounded memory: at most
+    :data:`MAX_LOG_READ` bytes, lines longer than :data:`MAX_LOG_LINE` skipped."""
     try:
-        with path.open("rb") as fh:
-            fh.seek(offset)
-            data = fh.read()
+        fh = path.open("rb")
     except FileNotFoundError:
-        return []
-    out = []
-    for line in data.splitlines():
-        with contextlib.suppress(ValueError):
-            item = json.loads(line)
-            if isinstance(item, dict):
-                out.append(item)
-    return out
+        return
+    with fh:
+        fh.seek(offset)
+        budget = MAX_LOG_READ
+        while budget > 0:
+            line = fh.readline(min(MAX_LOG_LINE, budget))
+            if not line:
+                return
+            budget -= len(line)
+            if not line.endswith(b"\n"):  # too long: skip to the end of it
+                while (more := fh.readline(MAX_LOG_LINE)) and not more.endswith(b"\n"):
+                    budget -= len(more)
+                budget -= len(more)
+                continue
+            with contextlib.suppress(ValueError):
+                item = json.loads(line)
+                if isinstance(item, dict):
+                    yield item
+
+
+def _denials(items: Iterator[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Distinct (host, port, reason) with summed ``count`` and first ``time``; past
+    :data:`MAX_RECORD_DENIALS`, the rest in one entry."""
+    found: dict[tuple[str, int, str], dict[str, Any]] = {}
+    other: dict[str, Any] | None = None
+    for item in items:
+        key = (str(item.get("host"))[:253], _int(item.get("port")), str(item.get("reason"))[:300])
+        count = max(1, _int(item.get("count", 1)))
+        entry = found.get(key)
+        if entry is None and len(found) >= MAX_RECORD_DENIALS:
+            other = other or {"time": item.get("time"), "host": "*", "port": 0, "count": 0}
+            other["reason"] = OTHER_DENIALS
+            other["count"] += count
+            continue
+        if entry is None:
+            host, port, reason = key
+            found[key] = {"time": str(item.get("time"))[:40], "host": host, "port": port}
+            found[key].update(reason=reason, count=count)
+        else:
+            entry["count"] += count
+    return [*found.values(), *([other] if other else [])]
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _is_socket(path: Path) -> bool:
