@@ -11,12 +11,13 @@ import contextlib
 import json
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hostile import SO, HostileUser, run_in_pty
+from hostile import HostileUser, run_in_pty
 
+from helpers import SO
 from sono.images import agent_ids
 
 pytestmark = pytest.mark.integration
@@ -146,10 +147,10 @@ def open_shell(user: HostileUser, sandbox_id: str, command: str) -> Iterator[sub
             shell.wait()
 
 
-def wait_for(predicate: object, timeout: float = 60) -> bool:
+def wait_for(predicate: Callable[[], object], timeout: float = 60) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
+        if predicate():
             return True
         time.sleep(0.2)
     return False
@@ -252,12 +253,12 @@ def test_every_process_in_the_container_starts_from_a_clean_environment(
     )
     during = ""
     try:
-        assert wait_for(lambda: user._ids(), timeout=120)
+        assert wait_for(user._ids, timeout=120)
         sid = sorted(user._ids())[0]
         assert wait_for(lambda: any("sleep 4.5" in p for p in agent_processes(sid)), 120)
         during = process_texts(sid)
     finally:
-        out, err = run.communicate(timeout=300)
+        _, err = run.communicate(timeout=300)
     assert "iteration 1:" in err, err
     with open_shell(user, sid, hold("565656")):
         assert wait_for(lambda: any("565656" in line for line in agent_processes(sid)))
@@ -276,7 +277,8 @@ def test_every_process_in_the_container_starts_from_a_clean_environment(
 SECCOMP_PROBE = r"""
 grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status | tr -d '\t' | sed 's/^/status /'
 # keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, create); getpid as the control
-perl -e '$r = syscall(250, 0, -3, 1); print "keyctl $r ", $!+0, "\n"; print "getpid ", (syscall(39) > 0 ? "ok" : "no"), "\n"'
+perl -e '$r = syscall(250, 0, -3, 1); print "keyctl $r ", $!+0, "\n";
+  print "getpid ", (syscall(39) > 0 ? "ok" : "no"), "\n"'
 """
 
 
