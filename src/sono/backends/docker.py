@@ -5,7 +5,10 @@ Same contract and guarantees as bwrap: the workspace is the only writable host p
 objects and agent CLIs are mounted read-only at their host paths, credentials are copied
 into the container's home (never bind-mounted), no docker socket, no ``~/.ssh``. No
 network (``network_mode=none``) but so's proxy and model gateway over Unix sockets; the
-engine enforces memory/cpus/pids; the agent user's orphans are killed after each run.
+engine enforces memory/cpus/pids. Every command so runs as the agent (agent runs and so's
+own git alike) has a root parent inside the container (``runner/supervise.py``) that kills,
+when the command ends or is ended, every agent process it left behind; only processes under
+a live ``docker exec`` (an open ``so shell``) are kept.
 """
 
 from __future__ import annotations
