@@ -16,9 +16,13 @@ from sono.backends.docker import (
     exec_env,
     home_archive,
     mounts_key,
+    reaper,
+    supervised,
+    terminal_name,
 )
 from sono.errors import SoError
 from sono.images import Images, RunnerSpec, content_hash
+from sono.limits import Limits
 from sono.overlay import Overlay
 
 
@@ -53,6 +57,37 @@ def test_container_config_policy(tmp_path: Path) -> None:
     assert config["network_mode"] == "host" and config["init"] is True
     assert "device_requests" not in config
     assert "device_requests" in container_config(s, "img", gpus=True)
+
+
+def test_container_config_keeps_only_the_supervisors_capabilities(tmp_path: Path) -> None:
+    config = container_config(spec(tmp_path), "img", gpus=False)
+    assert config["cap_drop"] == ["ALL"]
+    assert sorted(config["cap_add"]) == ["KILL", "SETGID", "SETUID"]
+    assert not any("seccomp" in opt or "apparmor" in opt for opt in config["security_opt"])
+
+
+def test_every_writable_tmpfs_is_sized_with_an_inode_cap(tmp_path: Path) -> None:
+    plain = container_config(spec(tmp_path), "img", gpus=False)["tmpfs"]
+    assert set(plain) == {"/dev/shm"}
+    limited = container_config(spec(tmp_path, limits=Limits(disk=1 << 30)), "img", gpus=False)
+    assert set(limited["tmpfs"]) == {"/dev/shm", "/tmp"}
+    for options in limited["tmpfs"].values():
+        assert "size=" in options and "nr_inodes=" in options and "nosuid" in options
+    assert f"size={1 << 30}" in limited["tmpfs"]["/tmp"]
+
+
+def test_commands_run_under_the_root_supervisor_from_the_image() -> None:
+    argv = supervised(1000, 1001, "ab" * 8, "/workspace", ["git", "status"])
+    assert argv[:4] == ["/usr/bin/python3", "-I", "-S", "-c"]
+    assert argv[5:] == ["run", "1000", "1001", "ab" * 8, "/workspace", "git", "status"]
+    assert reaper()[5:] == ["reap"] and reaper("cd" * 8)[5:] == ["reap", "--end", "cd" * 8]
+
+
+def test_terminal_name_takes_only_a_name() -> None:
+    assert terminal_name("xterm-256color") == "xterm-256color"
+    assert terminal_name("screen.xterm+x") == "screen.xterm+x"
+    for bad in (None, "", "x\x1b]0;t\x07", "a b", "x" * 65, "CANARY=$(id)"):
+        assert terminal_name(bad) == "xterm"
 
 
 def test_mounts_key_changes_with_mounts_and_image(tmp_path: Path) -> None:

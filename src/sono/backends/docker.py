@@ -5,7 +5,10 @@ Same contract and guarantees as bwrap: the workspace is the only writable host p
 objects and agent CLIs are mounted read-only at their host paths, credentials are copied
 into the container's home (never bind-mounted), no docker socket, no ``~/.ssh``. No
 network (``network_mode=none``) but so's proxy and model gateway over Unix sockets; the
-engine enforces memory/cpus/pids; the agent user's orphans are killed after each run.
+engine enforces memory/cpus/pids. Every command so runs as the agent (agent runs and so's
+own git alike) has a root parent inside the container (``runner/supervise.py``) that kills,
+when the command ends or is ended, every agent process it left behind; only processes under
+a live ``docker exec`` (an open ``so shell``) are kept.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ import os
 import secrets
 import shutil
 import tarfile
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -52,31 +57,17 @@ FORWARDER_START = (
     'i=0; while [ ! -e "$0" ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; [ -e "$0" ]'
 )
 RUN_MARK = "SO_RUN"  # in the environment of what an agent run starts (for diagnosis)
-# Run by the agent user after each agent run: kill its orphans (see DockerBackend._reap).
-REAPER = """
-import os
-me, own = os.getuid(), os.getpid()
-def parent(pid):
-    with open("/proc/%d/stat" % pid) as fh:
-        return int(fh.read().rsplit(")", 1)[1].split()[1])
-for name in os.listdir("/proc"):
-    if not name.isdigit() or int(name) == own:
-        continue
-    pid = int(name)
-    try:
-        if os.stat("/proc/%d" % pid).st_uid != me:
-            continue
-        up = pid
-        for _ in range(4096):
-            up = parent(up)
-            if up in (0, own):
-                break
-            if up == 1:
-                os.kill(pid, 9)
-                break
-    except OSError:
-        pass
-"""
+# The image's interpreter by absolute path, isolated (no PYTHON* variables, no user site,
+# no script dir on sys.path): root inside the container runs nothing the agent can write.
+PYTHON = ("/usr/bin/python3", "-I", "-S", "-c")
+# Root in the container keeps only what supervise.py needs: signal the agent's processes,
+# drop to its uid. The agent (another uid, no-new-privileges) can never gain them.
+CAPS = ("KILL", "SETUID", "SETGID")
+# Part of the mounts key: containers made before the supervisor are recreated.
+CONFIG_VERSION = "supervised-1"
+SUPERVISE = resources.files("sono.runner").joinpath("supervise.py").read_text()
+TMPFS_INODES = 65536  # every tmpfs: an inode cap (an empty file costs kernel memory)
+SHM_SIZE = 64 << 20
 PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 Progress = Callable[[str], None]
 
@@ -96,7 +87,9 @@ def mounts_key(spec: SandboxSpec, image: str) -> str:
         where += f"\nlimits:{spec.limits}"
     if spec.net is not None:
         where += f"\nnet:{spec.net.socket_dir}:{spec.net.forwarder}"
-    text = "\n".join([image, where, *(f"{m.src}:{m.dest}:{m.writable}" for m in spec.mounts)])
+    text = "\n".join(
+        [CONFIG_VERSION, image, where, *(f"{m.src}:{m.dest}:{m.writable}" for m in spec.mounts)]
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -148,16 +141,39 @@ def container_config(spec: SandboxSpec, image: str, *, gpus: bool) -> dict[str, 
         "network_mode": "none" if spec.net is not None else "host",
         "init": True,  # reap the zombies agents leave behind
         "cap_drop": ["ALL"],
+        "cap_add": list(CAPS),
         "security_opt": ["no-new-privileges"],
         "detach": True,
     }
     if gpus:
         config["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    config["tmpfs"] = tmpfs_mounts(spec.limits)
     if spec.limits is not None:
         config |= docker_kwargs(spec.limits)
-        if spec.limits.disk is not None:  # /tmp is the container's, not the workspace's
-            config["tmpfs"] = {"/tmp": f"size={spec.limits.disk},mode=1777"}
     return config
+
+
+def tmpfs_mounts(limits: Limits | None) -> dict[str, str]:
+    """Every tmpfs the agent can write is sized and has an inode cap (its pages are the
+    host's RAM): ``/dev/shm`` always (Docker's own has no inode cap), ``/tmp`` under a
+    disk limit (the container's, not the workspace's)."""
+    opts = f"nr_inodes={TMPFS_INODES},mode=1777,nosuid,nodev"
+    mounts = {"/dev/shm": f"size={SHM_SIZE},{opts},noexec"}
+    if limits is not None and limits.disk is not None:
+        mounts["/tmp"] = f"size={limits.disk},{opts}"
+    return mounts
+
+
+def supervised(uid: int, gid: int, token: str, cwd: str, argv: Sequence[str]) -> list[str]:
+    """``argv`` run as ``uid:gid`` in ``cwd`` under a root parent that kills whatever it
+    leaves behind (an exec as ``0:0``, from ``/``)."""
+    return [*PYTHON, SUPERVISE, "run", str(uid), str(gid), token, cwd, *argv]
+
+
+def reaper(token: str | None = None) -> list[str]:
+    """Kill every agent process no engine-started process owns; with ``token``, that run's
+    processes too (see supervise.py)."""
+    return [*PYTHON, SUPERVISE, "reap", *(("--end", token) if token else ())]
 
 
 def cgroup_dirs(container_id: str, root: Path = Path("/")) -> dict[str, Path]:
@@ -191,6 +207,14 @@ def exec_env(spec: SandboxSpec, env: Mapping[str, str]) -> dict[str, str]:
         **env,
         **net,
     }
+
+
+def terminal_name(term: str | None) -> str:
+    """The user's ``TERM`` when it is a terminal name, else ``xterm``: the one value of
+    the user's environment a shell takes in."""
+    if term and len(term) <= 64 and all(c.isascii() and (c.isalnum() or c in "._+-") for c in term):
+        return term
+    return "xterm"
 
 
 def home_archive(seed: Path, uid: int, gid: int) -> bytes:
@@ -376,31 +400,31 @@ class DockerBackend:
                 file_archive(".so-stdin", stdin_text.encode(), self.uid, self.gid),
             )
             command = ["sh", "-c", f'exec "$@" < {PROMPT_PATH}', "so-init", *argv]
-        run_token = secrets.token_hex(8)
+        token = secrets.token_hex(8)
         exec_id = self._exec_create(
             spec,
-            command,
-            user=f"{self.uid}:{self.gid}",
-            environment={**exec_env(spec, env), RUN_MARK: run_token},
-            workdir=spec.mount_point,
+            supervised(self.uid, self.gid, token, spec.mount_point, command),
+            user="0:0",
+            environment={**exec_env(spec, env), RUN_MARK: token},
+            workdir="/",
         )
         stream = self.client().api.exec_start(exec_id, stream=True)
         try:
             with self._guard(container, spec) as guard:
-                return self._follow(container, exec_id, stream, timeout, on_line, guard=guard)
-        finally:
-            self._reap(container, run_token)
+                return self._follow(
+                    container, exec_id, stream, timeout, on_line, guard=guard, token=token
+                )
+        except BaseException:
+            self._reap(container, token)
+            raise
 
-    def _reap(self, container: Any, token: str) -> None:
-        """End what the run left behind (daemons, ``setsid`` or ``env -i`` children): bwrap
-        gets this from its pid namespace, a container outlives its execs. Every process of
-        the agent user that has become an orphan (its ancestry ends at the container's init,
-        not at a live ``docker exec`` such as an open ``so shell``) is killed."""
+    def _reap(self, container: Any, token: str | None = None) -> None:
+        """End what so's commands left behind (daemons, ``setsid`` or ``env -i`` children,
+        a hook's or fsmonitor's server): bwrap gets this from its pid namespace, a container
+        outlives its execs. Each supervised command reaps after itself; this is for a run
+        ended early (``token``) and after a shell. As root, from the image's own python."""
         with contextlib.suppress(Exception):
-            container.exec_run(
-                ["python3", "-S", "-E", "-s", "-c", REAPER, token],
-                user=f"{self.uid}:{self.gid}",
-            )
+            container.exec_run(reaper(token), user="0:0", workdir="/", environment={"PATH": PATH})
 
     @contextlib.contextmanager
     def _guard(self, container: Any, spec: SandboxSpec) -> Iterator[Guard | None]:
@@ -431,6 +455,7 @@ class DockerBackend:
         on_line: Callable[[str], None],
         *,
         guard: Guard | None = None,
+        token: str | None = None,
     ) -> proc.Streamed:
         start = time.monotonic()
         reader = threading.Thread(target=_pump, args=(stream, on_line), daemon=True)
@@ -441,15 +466,15 @@ class DockerBackend:
             while reader.is_alive():
                 if timeout is not None and time.monotonic() - start >= timeout:
                     timed_out = True
-                    self._kill_agent(container)
+                    self._reap(container, token)
                     break
                 killed = guard.check() if guard is not None else None
                 if killed:
-                    self._kill_agent(container)
+                    self._reap(container, token)
                     break
                 reader.join(timeout=0.05)
         except KeyboardInterrupt:
-            self._kill_agent(container)
+            self._reap(container, token)
             reader.join(timeout=5)
             raise
         reader.join(timeout=10)
@@ -464,13 +489,6 @@ class DockerBackend:
             killed=killed,
         )
 
-    def _kill_agent(self, container: Any) -> None:
-        """Every process of the agent user dies: the whole tree, whatever it forked."""
-        with contextlib.suppress(Exception):
-            container.exec_run(
-                ["pkill", "-KILL", "-u", str(self.uid)], user=f"{self.uid}:{self.gid}"
-            )
-
     def run(
         self,
         *,
@@ -482,10 +500,10 @@ class DockerBackend:
         api = self.client().api
         exec_id = self._exec_create(
             spec,
-            list(argv),
-            user=f"{self.uid}:{self.gid}",
+            supervised(self.uid, self.gid, secrets.token_hex(8), spec.mount_point, argv),
+            user="0:0",
             environment=exec_env(spec, env or {}),
-            workdir=spec.mount_point,
+            workdir="/",
         )
         out, err = api.exec_start(exec_id, demux=True)
         code = api.exec_inspect(exec_id).get("ExitCode")
@@ -507,10 +525,29 @@ class DockerBackend:
             raise SoError("so shell on Docker needs the docker CLI on PATH (apt install docker.io)")
         flags = ["-it"] if os.isatty(0) and os.isatty(1) else ["-i"]
         env = exec_env(
-            spec, {"TERM": os.environ.get("TERM", "xterm"), "PS1": f"(so:{spec.id}) \\w\\$ "}
+            spec, {"TERM": terminal_name(os.environ.get("TERM")), "PS1": f"(so:{spec.id}) \\w\\$ "}
         )
-        env_args = [a for k, v in env.items() for a in ("-e", f"{k}={v}")]
         command = list(argv) or ["bash", "--norc", "-i"]
+        try:
+            return self._attach(
+                cli=cli, flags=flags, env=env, container=container, spec=spec, command=command
+            )
+        finally:
+            self._reap(container)  # what the shell left running ends with it
+
+    def _attach(
+        self,
+        *,
+        cli: str,
+        flags: list[str],
+        env: Mapping[str, str],
+        container: Any,
+        spec: SandboxSpec,
+        command: list[str],
+    ) -> int:
+        """The user's terminal on ``command``, an exec as the agent: its parent is outside
+        the container, which is how reaping knows it for a live shell."""
+        env_args = [a for k, v in env.items() for a in ("-e", f"{k}={v}")]
         return proc.interactive(
             [
                 cli,
@@ -616,7 +653,6 @@ def _client_without_credentials(docker: Any) -> Any:
     """A client for ``DOCKER_HOST`` (or the default socket) that never reads the user's
     ``~/.docker/config.json``: so pulls nothing from registries, so it needs none of the
     credentials there (and a malformed file must not break so)."""
-    import tempfile
 
     saved = os.environ.get("DOCKER_CONFIG")
     with tempfile.TemporaryDirectory(prefix="so-docker-config-") as empty:
