@@ -21,6 +21,7 @@ def sandbox_with_commits(tmp_path: Path, *changes: dict[str, str]) -> tuple[Path
             (sb.work / name).write_text(text)
         sb.git.commit_all(f"change {n}")
         sb.record_iteration(n)
+        sb.save(iterations=n)
     return repo, sb
 
 
@@ -36,6 +37,27 @@ def test_diff_whole_run_and_one_iteration(tmp_path: Path) -> None:
     second = diff_text(sb, iteration=2, stat=False, color=False)
     assert "+new" in second and "+one" not in second
     assert "a.txt" in diff_text(sb, iteration=1, stat=True, color=False)
+
+
+def test_iteration_diff_after_a_reset_starts_where_the_iteration_started(
+    tmp_path: Path,
+) -> None:
+    _, sb = sandbox_with_commits(tmp_path, {"a.txt": "one\n"}, {"a.txt": "two\n"})
+    reset(sb, "iter-1")
+    start = sb.tip
+    (sb.work / "d.txt").write_text("third\n")
+    sb.git.commit_all("change 3")
+    sb.record_iteration(3, start)
+    sb.save(iterations=3)
+    third = diff_text(sb, iteration=3, stat=False, color=False)
+    assert "+third" in third and "two" not in third  # not against the abandoned iteration 2
+
+
+def test_iteration_out_of_range_is_a_clear_error(tmp_path: Path) -> None:
+    _, sb = sandbox_with_commits(tmp_path, {"a.txt": "one\n"}, {"a.txt": "two\n"})
+    for n in (0, 3, 9):
+        with pytest.raises(SoError, match=f"has no iteration {n} \\(it has 2"):
+            diff_text(sb, iteration=n, stat=False, color=False)
 
 
 def test_resolve_rev_forms_and_errors(tmp_path: Path) -> None:

@@ -412,7 +412,7 @@ class Loop:
         except SoError as exc:
             self.reporter.note(f"iteration {n}: {exc}; the previous commit stays under review")
             head = since
-        vault.keep(f"iter/{n}", head)
+        self.sb.mark_iteration(n, head, since)
         base = self.sb.record.base_commit
         listed = vault.git("rev-list", "--reverse", f"{since}..{head}").stdout.split()
         return head, vault.changed(since, head), listed, vault.count(base, head)

@@ -46,7 +46,14 @@ def diff_range(sandbox: Sandbox, iteration: int | None) -> tuple[str, str]:
     """The recorded commits a review compares: base..tip, or one iteration's."""
     if iteration is None:
         return sandbox.record.base_commit, sandbox.tip
-    return sandbox.iteration_commit(iteration - 1), sandbox.iteration_commit(iteration)
+    done = sandbox.record.iterations
+    if not 1 <= iteration <= max(done, 1):
+        raise SoError(
+            f"sandbox {sandbox.record.id} has no iteration {iteration} "
+            f"(it has {done}: --iter 1..{done}); `so diff {sandbox.record.id}` for the whole run"
+        )
+    end = sandbox.iteration_commit(iteration)
+    return sandbox.iteration_start(iteration), end
 
 
 def drift_notes(sandbox: Sandbox) -> list[str]:

@@ -170,11 +170,23 @@ class Sandbox:
             self.save(tip=tip)
         return tip
 
-    def record_iteration(self, n: int) -> str:
-        """Take HEAD as the commit at the end of iteration ``n`` (on so's timeline)."""
+    def record_iteration(self, n: int, start: str | None = None) -> str:
+        """Take HEAD as the commit at the end of iteration ``n`` (on so's timeline), which
+        began at ``start`` (a recorded commit; default: the end of ``n - 1``)."""
         tip = self.take()
-        self.vault.keep(f"iter/{n}", tip)
+        self.mark_iteration(n, tip, start)
         return tip
+
+    def mark_iteration(self, n: int, end: str, start: str | None) -> None:
+        self.vault.keep(f"iter/{n}", end)
+        if start is not None:
+            self.vault.keep(f"from/{n}", start)
+
+    def iteration_start(self, n: int) -> str:
+        """Where iteration ``n`` started (after a reset: not where ``n - 1`` ended)."""
+        found = self.vault.git("rev-parse", "-q", "--verify", f"refs/so/from/{n}", check=False)
+        start = found.stdout.strip()
+        return start if found.returncode == 0 and start else self.iteration_commit(n - 1)
 
     def iteration_commit(self, n: int) -> str:
         """The commit recorded at the end of iteration ``n`` (0: the base)."""
