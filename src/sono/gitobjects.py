@@ -88,6 +88,7 @@ def _build(where: Path, host_root: Path, base: str, parent: str | None) -> None:
                 "pack-objects",
                 "--revs",
                 "--delta-base-offset",
+                "--window=0",  # a local cache: delta search costs creation time, not worth it
                 "--quiet",
                 str(tmp / "pack" / "pack"),
             ],
