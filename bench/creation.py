@@ -275,12 +275,13 @@ def report(results: list[Measured], reflink: bool, fs: str) -> str:
         "removal is not timed; the page cache is warm (the repos were just written).",
         "- **so** = what `so run` does before the first iteration: `inspect_host` "
         "(rev-parse, symbolic-ref, `git status`) + `create_sandbox`. **overlay**: the upper "
-        "and work dirs, the sandbox git dir (`git init`, alternates to the host's objects, "
-        "the host's index copied), one `find` for secret files to white out, the sandbox's "
+        "and work dirs, the frozen lower layer (the project's directories re-created, every "
+        "file hard-linked, hidden files left out), the sandbox git dir (`git init`, the "
+        "host's index copied, alternates to so's per-project packs of the objects the base "
+        "reaches: built by the first creation, cached for the next ones), the sandbox's "
         "home; on Docker also creating and starting the container with its overlay volume. "
-        "**copy fallback** (hosts without overlay support): `git clone --shared "
-        "--no-checkout` + `cp -a --reflink=auto` of the working tree + a Python walk for "
-        "secrets.",
+        "**copy fallback** (hosts without overlay support): `git init` + the same packs + "
+        "`cp -a --reflink=auto` of the working tree + a Python walk for secrets.",
         "- **`cp -a`** is the seed's method: the whole directory, `.git` included. "
         "**`git worktree add --detach`** checks out tracked files only (no ignored files, "
         "shares `.git`): a floor for any method that materialises a real tree.",

@@ -15,6 +15,7 @@ from helpers import git, make_repo, tree_snapshot
 from sono import overlay
 from sono.backends.bwrap import BwrapBackend
 from sono.errors import SoError
+from sono.gitobjects import reachable_objects
 from sono.overlay import Overlay
 from sono.sandbox import choose_workspace
 from sono.workspace import alternates, create_overlay_workspace, inspect_host
@@ -42,15 +43,21 @@ def create(tmp_path: Path, repo: Path, *, allow_dirty: bool = False) -> tuple[Ov
     root = tmp_path / "sb"
     root.mkdir()
     ov = Overlay.under(root, repo)
+    host = inspect_host(repo)
     base = create_overlay_workspace(
-        inspect_host(repo), ov, sandbox_id="t-1", exclude=EXCLUDE, allow_dirty=allow_dirty
+        host,
+        ov,
+        sandbox_id="t-1",
+        exclude=EXCLUDE,
+        allow_dirty=allow_dirty,
+        objects=reachable_objects(tmp_path / "objects", repo, host.head),
     )
     time.sleep(0.01)  # host edits in a test land in a later ctime tick than the stamp
     return ov, base
 
 
 def sgit(ov: Overlay, *args: str) -> str:
-    return git(ov.lower, f"--git-dir={ov.gitdir}", *args)
+    return git(ov.project, f"--git-dir={ov.gitdir}", *args)
 
 
 def test_creation_copies_nothing_and_leaves_the_host_alone(tmp_path: Path) -> None:
@@ -62,14 +69,16 @@ def test_creation_copies_nothing_and_leaves_the_host_alone(tmp_path: Path) -> No
     assert base == git(repo, "rev-parse", "HEAD")
     assert sgit(ov, "rev-parse", "--abbrev-ref", "HEAD") == "so/t-1"
     assert sgit(ov, "rev-parse", "refs/so/t-1/base") == base
-    assert alternates(ov.gitdir) == [(repo / ".git" / "objects").resolve()]
+    [layer] = alternates(ov.gitdir)
+    assert layer.parent.parent == tmp_path / "objects"  # so's store, not the host's
     assert (ov.gitdir / "index").read_bytes() == (repo / ".git" / "index").read_bytes()
-    # Nothing of the project is in the upper layer except the secret's whiteout.
-    upper = sorted(str(p.relative_to(ov.upper)) for p in ov.upper.rglob("*"))
-    assert upper == [".env"]
-    whiteout = (ov.upper / ".env").lstat()
-    assert stat.S_ISCHR(whiteout.st_mode)
-    assert whiteout.st_rdev == 0
+    assert list(ov.upper.iterdir()) == []
+    # The lower layer: the project's files as hard links, no .git content, no secret.
+    app = ov.lower / "src" / "app.py"
+    assert app.stat().st_ino == (repo / "src" / "app.py").stat().st_ino
+    assert (ov.lower / "node_modules" / "lib" / "index.js").is_file()
+    assert not (ov.lower / ".env").exists()
+    assert list((ov.lower / ".git").iterdir()) == []
 
 
 def test_secrets_are_hidden_but_tracked_matches_are_kept(tmp_path: Path) -> None:
@@ -131,20 +140,62 @@ def test_no_drift_right_after_creation(tmp_path: Path) -> None:
     assert not overlay.scan_drift(ov, base=base)
 
 
-def test_drift_is_classified_edit_delete_add_and_dependencies(tmp_path: Path) -> None:
+def test_only_in_place_edits_are_drift_the_rest_never_shows(tmp_path: Path) -> None:
     repo = project(tmp_path)
     ov, base = create(tmp_path, repo)
-    (repo / "src" / "app.py").write_text("print('host edit')\n")  # tracked edit
-    (repo / "README.md").unlink()  # tracked delete
-    (repo / "src" / "new.py").write_text("new\n")  # added, not ignored
-    (repo / "node_modules" / "dep").mkdir()  # dependency install (ignored)
+    (repo / "src" / "app.py").write_text("print('host edit')\n")  # in place: same inode
+    (repo / "README.md").unlink()  # deleted on the host: the link keeps the base's
+    (repo / "src" / "new.py").write_text("new\n")  # added: not in the frozen names
+    (repo / "node_modules" / "dep").mkdir()  # dependency install
     (repo / "node_modules" / "dep" / "i.js").write_text("d\n")
     (repo / "src" / "util.py").write_text("u = 1\n")  # rewritten with the same content
+    replaced = repo / "certs" / "tracked.pem.tmp"
+    replaced.write_text("rotated\n")
+    replaced.rename(repo / "certs" / "tracked.pem")  # an editor's atomic save
     drift = overlay.scan_drift(ov, base=base)
-    assert drift.restore == ["README.md", "src/app.py"]
-    assert drift.hide == ["src/new.py"]
-    assert drift.ignored == ["node_modules/dep/i.js"]
-    assert "2 restored from the base commit" in drift.summary()
+    assert drift.restore == ["src/app.py"]
+    assert drift.hide == []
+    assert drift.ignored == []
+    assert "1 restored from the base commit" in drift.summary()
+    assert overlay.read_file(ov, "README.md") == "# p\n"
+    assert overlay.read_file(ov, "certs/tracked.pem") == "public\n"
+    for gone in ("src/new.py", "node_modules/dep/i.js"):
+        assert overlay.read_file(ov, gone) is None
+
+
+def test_hidden_files_created_after_creation_never_reach_the_lower_layer(
+    tmp_path: Path,
+) -> None:
+    repo = project(tmp_path)
+    ov, base = create(tmp_path, repo)
+    (repo / ".env").write_text("TOKEN=later\n")
+    (repo / "src" / "deploy.pem").write_text("PRIVATE\n")
+    (repo / "newdir").mkdir()
+    (repo / "newdir" / ".env").write_text("TOKEN=later\n")
+    for rel in (".env", "src/deploy.pem", "newdir/.env"):
+        assert overlay.read_file(ov, rel) is None
+        assert not os.path.lexists(ov.lower / rel)
+    assert not overlay.scan_drift(ov, base=base)
+
+
+def test_freeze_mirrors_modes_and_skips_matching_dirs_and_special_files(tmp_path: Path) -> None:
+    repo = project(tmp_path)
+    (repo / "ro").mkdir()
+    (repo / "ro" / "f").write_text("f\n")
+    (repo / "ro").chmod(0o555)
+    (repo / "id_keys").mkdir()  # a directory whose name matches: left out whole
+    (repo / "id_keys" / "a").write_text("PRIVATE\n")
+    (repo / "link").symlink_to("src/app.py")
+    os.mkfifo(repo / "pipe")
+    lower = tmp_path / "lower"
+    frozen = overlay.freeze(repo, lower, ("id_*", ".env"), lambda paths: set())
+    assert frozen.skipped == ["id_keys"]
+    assert stat.S_IMODE((lower / "ro").stat().st_mode) == 0o555
+    assert (lower / "ro" / "f").read_text() == "f\n"
+    assert (lower / "link").readlink() == Path("src/app.py")
+    assert not (lower / "id_keys").exists()
+    assert stat.S_ISFIFO((lower / "pipe").lstat().st_mode)  # linked, never opened
+    (repo / "ro").chmod(0o755)
 
 
 def test_drift_ignores_what_the_sandbox_already_owns(tmp_path: Path) -> None:
@@ -160,15 +211,14 @@ def test_drift_ignores_what_the_sandbox_already_owns(tmp_path: Path) -> None:
     assert not overlay.scan_drift(ov, base=base, known=drift.ignored)  # reported once
 
 
-def test_host_commit_without_content_change_is_not_drift(tmp_path: Path) -> None:
+def test_host_commit_of_a_new_file_is_not_drift(tmp_path: Path) -> None:
     repo = project(tmp_path)
     ov, base = create(tmp_path, repo)
     (repo / "extra.txt").write_text("x\n")
     git(repo, "add", "extra.txt")
     git(repo, "commit", "-q", "-m", "host commit")
-    drift = overlay.scan_drift(ov, base=base)
-    assert drift.hide == ["extra.txt"]  # new on the host: not the sandbox's
-    assert drift.restore == []
+    assert not overlay.scan_drift(ov, base=base)
+    assert overlay.read_file(ov, "extra.txt") is None  # new on the host: not the sandbox's
 
 
 @pytest.mark.parametrize(

@@ -57,12 +57,14 @@ def test_copy_has_ignored_files_but_no_secrets(tmp_path: Path) -> None:
     assert git(work, "remote") == ""
 
 
-def test_git_history_is_shared_not_copied(tmp_path: Path) -> None:
+def test_git_history_is_borrowed_from_so_s_store_not_the_host_s(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "p", {"big.bin": "x" * 200_000})
     sb = new_sandbox(tmp_path, repo)
-    assert alternates(sb.work / ".git") == [(repo / ".git" / "objects").resolve()]
+    [layer] = alternates(sb.work / ".git")
+    assert layer.parent.parent == tmp_path / "so" / "objects"
     size = sum(p.stat().st_size for p in (sb.work / ".git" / "objects").rglob("*") if p.is_file())
     assert size < 10_000
+    assert git(sb.work, "tag") == ""  # no refs of the host but its HEAD
 
 
 def test_host_is_untouched_by_creation(tmp_path: Path) -> None:

@@ -1,28 +1,32 @@
-"""Copy-on-write workspaces: the project is the overlay's read-only lower layer, the
-sandbox's changes land in an upper layer under ``SO_HOME``, and the sandbox's own git
-directory is bound over ``.git``. Creating one costs O(1) in the size of the project.
+"""Copy-on-write workspaces: a frozen view of the project is the overlay's read-only lower
+layer, the sandbox's changes land in an upper layer under ``SO_HOME``, and the sandbox's
+own git directory is bound over ``.git``. No file content is copied.
 
 Layout under ``$SO_HOME/sandboxes/<id>/``::
 
+    lower/     the lower layer: the project's directories re-created, every file a hard
+               link to the project's, minus ``.git`` and the hidden files (``exclude``)
     upper/     the overlay's upper layer: every file the agent created or changed,
                whiteouts (0/0 character devices) for what it deleted
     ovl-work/  overlayfs' private work directory
-    git/       the sandbox repo's git dir (objects borrowed from the host via alternates)
+    git/       the sandbox repo's git dir (objects: see :mod:`sono.gitobjects`)
     stamp      its mtime is the snapshot instant: host changes after it are drift
 
-Snapshot semantics on a live lower layer: the host's working tree keeps changing under
-the overlay. :func:`scan_drift` finds what changed on the host since the stamp and is not
-shadowed by the upper layer; the caller restores tracked files from the base commit and
-hides new untracked files (through the sandbox, so a mounted overlay sees it), and
-reports ignored drift. Only files in ``upper/`` are the sandbox's own.
+Why a tree of links and not the project itself: overlayfs looks names up in its lower
+layer live, so a file the user creates later (a ``.env``) would show up inside at once,
+during a run too. The names of ``lower/`` are frozen at creation; only content edited in
+place on the host (the same inode) shows through. :func:`scan_drift` finds those edits
+(the inode's ctime moves past the stamp) and the caller restores tracked files from the
+base commit and reports ignored ones. Only files in ``upper/`` are the sandbox's own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,29 +40,34 @@ UNSAFE_PATH_CHARS = (",", ":", "\\", "\n")  # overlay mount options cannot escap
 class Overlay:
     """Host paths of one copy-on-write workspace."""
 
-    lower: Path  # the project (read-only to the sandbox)
+    lower: Path  # the frozen view of the project (read-only to the sandbox)
     upper: Path
     workdir: Path
     gitdir: Path
     stamp: Path
+    project: Path  # the host's working tree
 
     @classmethod
     def under(cls, sandbox_dir: Path, project: Path) -> Overlay:
+        lower = sandbox_dir / "lower"
+        if (sandbox_dir / "upper").is_dir() and not lower.is_dir():
+            lower = project  # made before the frozen lower layer: the live project
         return cls(
-            lower=project,
+            lower=lower,
             upper=sandbox_dir / "upper",
             workdir=sandbox_dir / "ovl-work",
             gitdir=sandbox_dir / "git",
             stamp=sandbox_dir / "stamp",
+            project=project,
         )
 
     def require_lower(self, sandbox_id: str) -> None:
-        """The project must still be there: it is the sandbox's lower layer."""
-        if not self.lower.is_dir():
+        """The project must still be there: merges and drift checks go to it."""
+        if not self.project.is_dir() or not self.lower.is_dir():
             from sono.errors import SoError
 
             raise SoError(
-                f"the project {self.lower} under sandbox {sandbox_id} is gone (moved or "
+                f"the project {self.project} under sandbox {sandbox_id} is gone (moved or "
                 f"deleted); put it back to use the sandbox — its own changes are in "
                 f"{self.upper}, its commits in {self.gitdir}"
             )
@@ -104,12 +113,17 @@ def static_obstacle(project: Path, home: Path, *, owner_uid: int) -> str | None:
     kind = filesystem_type(home)
     if kind in ("overlayfs", "overlay", "nfs", "fuseblk", "fuse"):
         return f"{home} is on {kind}, which cannot hold an overlay's upper layer"
+    if home.stat().st_dev != st.st_dev:
+        return (
+            f"{home} and {project} are on different filesystems (the overlay's lower "
+            "layer is made of hard links to the project's files)"
+        )
     return None
 
 
 def prepare(ov: Overlay, *, owner: tuple[int, int] | None = None) -> None:
     """Create the upper and work directories; the upper root mirrors the project root."""
-    st = ov.lower.stat()
+    st = ov.project.stat()
     ov.upper.mkdir()
     ov.workdir.mkdir()
     ov.upper.chmod(stat.S_IMODE(st.st_mode))
@@ -209,8 +223,10 @@ class Drift:
 
 
 def changed_since(ov: Overlay) -> tuple[list[str], list[str]]:
-    """Paths in the project (outside ``.git``) whose inode changed after the stamp:
-    (files and links, directories). ctime cannot be set back by a user, so nothing slips."""
+    """Paths in the lower layer (outside ``.git``) whose inode changed after the stamp:
+    (files and links, directories). ctime cannot be set back by a user, so nothing slips.
+    In a frozen lower layer only files edited in place on the host (the inode shared with
+    the project's) show up; in a live one (sandboxes made before it) any change."""
     root = str(ov.lower)
     out = proc.run(
         [
@@ -259,7 +275,7 @@ def scan_drift(ov: Overlay, *, base: str, known: Iterable[str] = ()) -> Drift:
             if gone and not shadowed(ov, rel):
                 drift.restore.append(rel)
     untracked = [f for f in files if f not in tracked]
-    ignored = set(check_ignored(ov.lower, untracked))
+    ignored = set(check_ignored(ov.project, untracked))
     for rel in untracked:
         (drift.ignored if rel in ignored else drift.hide).append(rel)
     drift.ignored = [r for r in drift.ignored if r not in seen]
@@ -273,7 +289,7 @@ def base_entries(ov: Overlay, base: str) -> dict[str, str]:
     Read with the host repo (trusted config) borrowing the sandbox's object directory,
     never with the sandbox repo's own config."""
     env = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(ov.gitdir / "objects")}
-    out = _host_git(ov.lower, "ls-tree", "-r", "-z", "--full-tree", base, env=env)
+    out = _host_git(ov.project, "ls-tree", "-r", "-z", "--full-tree", base, env=env)
     result: dict[str, str] = {}
     for item in out.split("\0"):
         if "\t" in item:
@@ -287,7 +303,9 @@ def _really_changed(ov: Overlay, paths: Sequence[str], tracked: dict[str, str]) 
     regular = [p for p in paths if (ov.lower / p).is_file() and not (ov.lower / p).is_symlink()]
     changed = [p for p in paths if p not in regular]
     if regular:
-        out = _host_git(ov.lower, "hash-object", "--stdin-paths", stdin="\n".join(regular) + "\n")
+        # The lower layer's file (the inode the sandbox sees), hashed by the host repo.
+        listing = "".join(f"{ov.lower / p}\n" for p in regular)
+        out = _host_git(ov.project, "hash-object", "--stdin-paths", stdin=listing)
         for rel, oid in zip(regular, out.split(), strict=False):
             if tracked[rel] != oid:
                 changed.append(rel)
@@ -320,56 +338,84 @@ def _host_git(
 # ------------------------------------------------------------------ secrets and removal
 
 
-def find_matching(project: Path, patterns: Sequence[str]) -> list[str]:
-    """Paths (outside ``.git``) whose name matches one of the glob ``patterns``."""
-    if not patterns:
-        return []
-    root = str(project)
-    names: list[str] = []
-    for pat in patterns:
-        names += ["-o", "-name", pat] if names else ["-name", pat]
-    out = proc.run(
-        [
-            "find",
-            root,
-            "-path",
-            f"{root}/.git",
-            "-prune",
-            "-o",
-            "(",
-            *names,
-            ")",
-            "-printf",
-            "%P\\0",
-        ],
-        check=False,
-    )
-    return sorted(p for p in out.stdout.split("\0") if p)
+@dataclass
+class Frozen:
+    """What :func:`freeze` left out or could not link."""
+
+    matched: list[str] = field(default_factory=list)  # files matching ``exclude``
+    removed: list[str] = field(default_factory=list)  # of those, the untracked: left out
+    skipped: list[str] = field(default_factory=list)  # matching directories: left out
+    copied: int = 0  # files that could not be hard-linked (another filesystem, not ours)
 
 
-def hide(ov: Overlay, paths: Sequence[str]) -> None:
-    """Put whiteouts for ``paths`` into the upper layer (only while nothing is mounted)."""
-    for rel in paths:
-        target = ov.upper / rel
-        _mirror_parents(ov, rel)
-        if os.path.lexists(target):
-            continue
-        os.mknod(target, stat.S_IFCHR | 0o000, os.makedev(0, 0))
+def freeze(
+    project: Path,
+    lower: Path,
+    patterns: Sequence[str],
+    tracked: Callable[[Sequence[str]], Collection[str]],
+) -> Frozen:
+    """Re-create ``project``'s directories under ``lower`` and hard-link every file into
+    them, leaving out ``.git``, directories whose name matches ``patterns``, and files
+    whose name matches unless ``tracked`` says they are in the base commit (their content
+    is in the history anyway). One pass over the names: a file created meanwhile is
+    either seen and judged here or not in ``lower`` at all."""
+    result = Frozen()
+    dirs: list[tuple[Path, os.stat_result]] = [(lower, project.stat())]
+    lower.mkdir(mode=0o700)
+    (lower / ".git").mkdir(mode=0o755)  # the mount point of the sandbox's git dir
+    pending = [""]
+    while pending:
+        rel = pending.pop()
+        with os.scandir(project / rel if rel else project) as entries:
+            for entry in entries:
+                path = f"{rel}/{entry.name}" if rel else entry.name
+                if path == ".git":
+                    continue
+                hidden = _matches(entry.name, patterns)
+                if entry.is_dir(follow_symlinks=False):
+                    if hidden:
+                        result.skipped.append(path)
+                        continue
+                    (lower / path).mkdir(mode=0o700)
+                    dirs.append((lower / path, entry.stat(follow_symlinks=False)))
+                    pending.append(path)
+                    continue
+                if hidden:
+                    result.matched.append(path)
+                result.copied += _link(Path(entry.path), lower / path)
+    keep = tracked(result.matched) if result.matched else ()
+    result.removed = [p for p in result.matched if p not in keep]
+    for rel in result.removed:
+        (lower / rel).unlink()
+    for target, st in reversed(dirs):  # children first: a read-only parent comes last
+        _mirror_dir(target, st)
+    return result
 
 
-def _mirror_parents(ov: Overlay, rel: str) -> None:
-    """Create ``rel``'s parent directories in the upper layer with the lower's owner/mode."""
-    parts = rel.split("/")[:-1]
-    lower, upper = ov.lower, ov.upper
-    for part in parts:
-        lower, upper = lower / part, upper / part
-        if upper.is_dir():
-            continue
-        st = lower.stat()
-        upper.mkdir()
-        upper.chmod(stat.S_IMODE(st.st_mode))
-        with contextlib.suppress(PermissionError):
-            os.chown(upper, st.st_uid, st.st_gid)
+def _matches(name: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pat) for pat in patterns)
+
+
+def _link(src: Path, dest: Path) -> int:
+    """Hard-link ``src`` (never following a link) at ``dest``; 1 when it had to be copied
+    (another filesystem, or a file protected_hardlinks keeps us from linking)."""
+    try:
+        os.link(src, dest, follow_symlinks=False)
+    except OSError:
+        st = src.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            dest.symlink_to(src.readlink())
+        elif stat.S_ISREG(st.st_mode):
+            shutil.copy2(src, dest, follow_symlinks=False)
+        return 1  # sockets, fifos and devices are left out
+    return 0
+
+
+def _mirror_dir(target: Path, st: os.stat_result) -> None:
+    if os.getuid() == 0:
+        os.chown(target, st.st_uid, st.st_gid)
+    target.chmod(stat.S_IMODE(st.st_mode))
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def remove_tree(path: Path) -> None:

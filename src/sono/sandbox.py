@@ -12,6 +12,7 @@ from sono import overlay
 from sono.backends import BackendSettings, get_backend
 from sono.backends.base import Backend, Mount, NetSpec, SandboxSpec
 from sono.errors import SoError
+from sono.gitobjects import reachable_objects
 from sono.limits import Limits
 from sono.net.session import forwarder_path
 from sono.overlay import Drift, Overlay
@@ -102,7 +103,7 @@ class Sandbox:
         ov = self.overlay
         if ov is None:
             return f"workspace {self.work} (a copy)"
-        return f"workspace: copy-on-write over {ov.lower} (changes in {ov.upper})"
+        return f"workspace: copy-on-write over {ov.project} (changes in {ov.upper})"
 
     def read_file(self, rel: str) -> str | None:
         """A file as the sandbox sees it, read host-side without following links."""
@@ -293,6 +294,7 @@ def create_sandbox(
     root.mkdir(parents=True)
     with removed_on_failure(root):
         work = root / "work"
+        objects = reachable_objects(store.home / "objects", host.root, host.head)
         if mode == "overlay":
             ov = Overlay.under(root, host.root)
             owner = backend.overlay_owner()
@@ -302,12 +304,18 @@ def create_sandbox(
                 sandbox_id=sandbox_id,
                 exclude=exclude,
                 allow_dirty=allow_dirty,
+                objects=objects,
                 owner=owner,
             )
             gitdir, work = ov.gitdir, ov.upper
         else:
             base = create_workspace(
-                host, work, sandbox_id=sandbox_id, exclude=exclude, allow_dirty=allow_dirty
+                host,
+                work,
+                sandbox_id=sandbox_id,
+                exclude=exclude,
+                allow_dirty=allow_dirty,
+                objects=objects,
             )
             gitdir = work / ".git"
         seed(Vault(root / "vault.git"), host.root, gitdir, f"refs/so/{sandbox_id}/base", host.head)

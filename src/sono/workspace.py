@@ -1,8 +1,9 @@
 """The sandbox's own copy of the project, and git on both sides of the wall.
 
-Design: the sandbox repo is ``git clone --shared --no-checkout`` of the host repo, so
-``.git`` costs O(refs), not O(history): objects are read through ``alternates`` from the
-host's object store, which the sandbox mounts read-only. The working tree (ignored
+Design: the sandbox repo is a fresh ``git init`` on branch ``so/<id>`` at the host's HEAD,
+so ``.git`` costs O(1), not O(history): objects are read through ``alternates`` from
+so's per-project store of the objects reachable from the base (:mod:`sono.gitobjects`,
+never the host's whole store), which the sandbox mounts read-only. The working tree (ignored
 files included, secrets excluded) is copied with ``cp -a --reflink=auto``, a copy-on-write
 clone where the filesystem supports it. Swapping the copy for an overlay later changes
 only :func:`populate_tree`.
@@ -19,7 +20,7 @@ import fnmatch
 import os
 import shutil
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,15 +125,20 @@ def removed_on_failure(path: Path) -> Iterator[Path]:
 
 
 def create_workspace(
-    host: HostRepo, work: Path, *, sandbox_id: str, exclude: Sequence[str], allow_dirty: bool
+    host: HostRepo,
+    work: Path,
+    *,
+    sandbox_id: str,
+    exclude: Sequence[str],
+    allow_dirty: bool,
+    objects: Sequence[Path],
 ) -> str:
-    """Make ``work`` the sandbox's repo on branch ``so/<id>``; return the base commit."""
-    branch = f"so/{sandbox_id}"
-    proc.run(["git", "clone", "--shared", "--no-checkout", "--quiet", str(host.root), str(work)])
+    """Make ``work`` the sandbox's repo on branch ``so/<id>``; return the base commit.
+    ``objects``: the object directories it borrows (see :mod:`sono.gitobjects`)."""
+    proc.run(["git", "init", "-q", "--template=", str(work)])
     git = _trusted(work)
-    git("remote", "remove", "origin")
-    git("update-ref", f"refs/heads/{branch}", host.head)
-    git("symbolic-ref", "HEAD", f"refs/heads/{branch}")
+    _borrow(work / ".git", host, objects)
+    _branch(git, host, sandbox_id)
     git("read-tree", "HEAD")
     populate_tree(host.root, work)
     tracked = set(git("ls-files", "-z").stdout.split("\0"))
@@ -153,18 +159,18 @@ def create_overlay_workspace(
     sandbox_id: str,
     exclude: Sequence[str],
     allow_dirty: bool,
+    objects: Sequence[Path],
     owner: tuple[int, int] | None = None,
 ) -> str:
     """Make a copy-on-write workspace over the project; return the base commit.
 
-    O(1) in the project's size apart from one ``find`` for secrets: no file is copied.
-    The sandbox's git dir starts with the host's index (valid: the overlay shows the
-    host's files with their sizes and mtimes) and borrows the host's objects."""
-    overlay.mark_snapshot(ov)  # before anything is read: later host changes are drift
+    No file content is copied: the lower layer is a tree of hard links (see
+    :func:`overlay.freeze`). The sandbox's git dir starts with the host's index (valid:
+    the links have the host's sizes and mtimes) and borrows ``objects``."""
     overlay.prepare(ov, owner=owner)
     gitdir = ov.gitdir
     proc.run(["git", "init", "-q", "--bare", "--template=", str(gitdir)])
-    git = _GitDir(gitdir, host.root)
+    git = _GitDir(gitdir, ov.lower)
     for key, value in (
         ("core.bare", "false"),
         ("core.logAllRefUpdates", "true"),
@@ -174,33 +180,52 @@ def create_overlay_workspace(
         ("core.trustCtime", "false"),
     ):
         git("config", key, value)
-    common = Path(host_git(host.root, "rev-parse", "--git-common-dir").stdout.strip())
-    objects = (host.root / common / "objects").resolve()
-    (gitdir / "objects" / "info").mkdir(parents=True, exist_ok=True)
-    (gitdir / "objects" / "info" / "alternates").write_text(f"{objects}\n")
-    branch = f"so/{sandbox_id}"
-    git("update-ref", f"refs/heads/{branch}", host.head)
-    git("symbolic-ref", "HEAD", f"refs/heads/{branch}")
-    index = host.root / common / "index"
-    shared = list((host.root / common).glob("sharedindex.*"))
+    _borrow(gitdir, host, objects)
+    _branch(git, host, sandbox_id)
+    common = _common_dir(host)
+    index = common / "index"
+    shared = list(common.glob("sharedindex.*"))
     if index.is_file() and not shared:
         shutil.copyfile(index, gitdir / "index")
     else:
         git("read-tree", "HEAD")
-    candidates = overlay.find_matching(host.root, exclude)
-    literal = [f":(literal){p}" for p in candidates]
-    listed = git.worktree("ls-files", "-z", "--", *literal).stdout if candidates else ""
-    tracked = set(listed.split("\0"))
-    secrets = [p for p in candidates if p not in tracked]
-    overlay.hide(ov, secrets)
+
+    def tracked(paths: Sequence[str]) -> set[str]:
+        literal = [f":(literal){p}" for p in paths]
+        return set(git.worktree("ls-files", "-z", "--", *literal).stdout.split("\0"))
+
+    overlay.freeze(host.root, ov.lower, exclude, tracked)
+    overlay.mark_snapshot(ov)  # after linking (it moves ctimes): later edits are drift
     if allow_dirty and host.dirty:
-        git.worktree("add", "-A", "--", ".", *(f":(exclude,literal){p}" for p in secrets))
+        git.worktree("add", "-A")  # from the frozen tree: the hidden files are not in it
         git.worktree("commit", "-q", "--no-verify", "-m", "so: snapshot of the host working tree")
     base = git("rev-parse", "HEAD").stdout.strip()
     git("update-ref", f"refs/so/{sandbox_id}/base", base)
     if owner is not None:
         proc.run(["chown", "-R", f"{owner[0]}:{owner[1]}", str(gitdir)])
     return base
+
+
+def _common_dir(host: HostRepo) -> Path:
+    common = Path(host_git(host.root, "rev-parse", "--git-common-dir").stdout.strip())
+    return (host.root / common).resolve()
+
+
+def _borrow(gitdir: Path, host: HostRepo, objects: Sequence[Path]) -> None:
+    """Point the sandbox repo at ``objects`` (never the host's whole store); a shallow
+    host's boundary comes along, or history would end in a missing parent."""
+    info = gitdir / "objects" / "info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "alternates").write_text("".join(f"{p}\n" for p in objects))
+    shallow = _common_dir(host) / "shallow"
+    if shallow.is_file():
+        shutil.copyfile(shallow, gitdir / "shallow")
+
+
+def _branch(git: Callable[..., proc.Completed], host: HostRepo, sandbox_id: str) -> None:
+    branch = f"so/{sandbox_id}"
+    git("update-ref", f"refs/heads/{branch}", host.head)
+    git("symbolic-ref", "HEAD", f"refs/heads/{branch}")
 
 
 class _GitDir:
