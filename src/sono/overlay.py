@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
+import shutil
 import stat
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
