@@ -165,6 +165,14 @@ def merge(sandbox: Sandbox, *, commit: bool, keep: bool) -> MergeResult:
     if tip == base or not vault.changed(rec.host_head, tip):
         raise SoError(f"nothing to merge: sandbox {rec.id} has no changes since it started")
     shown = vault.changed(base, tip)
+    odd = [f for f in shown if for_terminal(f) != f]
+    if odd:
+        names = ", ".join(one_line(f, 80) for f in odd[:5])
+        raise SoError(
+            f"sandbox {rec.id} names files with control characters ({names}): a plain `ls` "
+            f"would send them to your terminal; rename them inside (`so shell {rec.id}`), "
+            "then merge again"
+        )
     risky = [f for f in shown if runs_code(f)]
     if risky:
         names = ", ".join(one_line(f, 80) for f in risky[:5])

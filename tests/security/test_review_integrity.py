@@ -185,3 +185,22 @@ git add -A && git commit -qm config
     # Control: the same hook does run for a commit the user makes.
     git(user.project, "commit", "-q", "--allow-empty", "-m", "mine")
     assert marker.exists()
+
+
+def test_file_names_with_control_characters_are_not_merged(tmp_path: Path) -> None:
+    user = HostileUser.make(tmp_path)
+    user.attack(
+        "set -e\nprintf x > \"$(printf 'evil\\033]0;TITLE\\007.txt')\"\n"
+        "git add -A && git commit -qm odd\n",
+        backend="bwrap",
+    )
+    sid = user.sandbox_id()
+    merged = user.so("merge", sid, "--yes")
+    assert merged.returncode == 1 and "control characters" in merged.stderr
+    assert "\x1b" not in merged.stderr and "evil^[]0;TITLE^G.txt" in merged.stderr
+    assert not list(user.project.glob("evil*")) and _staged_patch(user.project) == ""
+    # Control: renamed inside, it merges.
+    renamed = user.so("shell", sid, "--", "sh", "-c", "git mv evil* plain.txt && git commit -qm mv")
+    assert renamed.returncode == 0, renamed.stderr
+    assert user.so("merge", sid, "--yes").returncode == 0
+    assert (user.project / "plain.txt").exists()
