@@ -66,7 +66,7 @@ def test_argv_overlay_workspace(tmp_path: Path) -> None:
     i = argv.index("--overlay-src")
     assert argv[i : i + 6] == [
         "--overlay-src",
-        str(tmp_path / "project"),
+        str(ov.lower),
         "--overlay",
         str(ov.upper),
         str(ov.workdir),

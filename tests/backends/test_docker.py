@@ -62,7 +62,7 @@ def test_container_config_policy(tmp_path: Path) -> None:
 def test_container_config_keeps_only_the_supervisors_capabilities(tmp_path: Path) -> None:
     config = container_config(spec(tmp_path), "img", gpus=False)
     assert config["cap_drop"] == ["ALL"]
-    assert sorted(config["cap_add"]) == ["KILL", "SETGID", "SETUID"]
+    assert sorted(config["cap_add"]) == ["KILL", "SETGID", "SETPCAP", "SETUID"]
     assert not any("seccomp" in opt or "apparmor" in opt for opt in config["security_opt"])
 
 

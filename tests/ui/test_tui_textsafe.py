@@ -28,7 +28,7 @@ def hostile_world(tmp_path: Path) -> World:
     sb = fake_sandbox(world.tmp, world.repo, backend=world.backend)
     (sb.work / f"evil{OSC}.txt").write_text(f"+{OSC} \x1b[8mCONCEAL\nsafe\rOVER\n")
     sb.git.commit_all(SUBJECT)
-    sb.git("update-ref", sb.record.iter_ref(1), "HEAD")
+    sb.record_iteration(1)
     sb.save(
         iterations=1,
         commits=1,

@@ -62,9 +62,9 @@ RUN_MARK = "SO_RUN"  # in the environment of what an agent run starts (for diagn
 PYTHON = ("/usr/bin/python3", "-I", "-S", "-c")
 # Root in the container keeps only what supervise.py needs: signal the agent's processes,
 # drop to its uid. The agent (another uid, no-new-privileges) can never gain them.
-CAPS = ("KILL", "SETUID", "SETGID")
+CAPS = ("KILL", "SETUID", "SETGID", "SETPCAP")  # the supervisor; SETPCAP drops the bounding set
 # Part of the mounts key: containers made before the supervisor are recreated.
-CONFIG_VERSION = "supervised-1"
+CONFIG_VERSION = "supervised-2"
 SUPERVISE = resources.files("sono.runner").joinpath("supervise.py").read_text()
 TMPFS_INODES = 65536  # every tmpfs: an inode cap (an empty file costs kernel memory)
 SHM_SIZE = 64 << 20

@@ -124,6 +124,20 @@ def running(token: str) -> set[int]:
     return {pid} if entry is not None and entry[1] == start and not entry[2] else set()
 
 
+SETPRIV = "/usr/bin/setpriv"  # util-linux, in the image's read-only /usr
+
+
+def drop_to(uid: int, gid: int) -> list[str]:
+    return [
+        f"--reuid={uid}",
+        f"--regid={gid}",
+        "--clear-groups",
+        "--bounding-set=-all",
+        "--inh-caps=-all",
+        "--ambient-caps=-all",
+    ]
+
+
 def run(uid: int, gid: int, token: str, cwd: str, argv: list[str]) -> int:
     me = os.getpid()
     pidfile = Path(PIDFILE.format(token=token))
@@ -135,10 +149,14 @@ def run(uid: int, gid: int, token: str, cwd: str, argv: list[str]) -> int:
             try:
                 for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores them
                     signal.signal(sig, signal.SIG_DFL)
+                os.chdir(cwd)
+                if Path(SETPRIV).is_file():
+                    # Drop the uid and groups AND the capability bounding set: the agent's
+                    # processes hold no capability at all, not even a bounding one.
+                    os.execv(SETPRIV, [SETPRIV, *drop_to(uid, gid), "--", *argv])  # noqa: S606
                 os.setgroups([])
                 os.setresgid(gid, gid, gid)
                 os.setresuid(uid, uid, uid)
-                os.chdir(cwd)
                 os.execvp(argv[0], argv)  # noqa: S606 - the command so was asked to run
             except OSError as exc:
                 print(f"so: cannot run {argv[0]} in {cwd}: {exc.strerror}", file=sys.stderr)
