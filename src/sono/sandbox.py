@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 from collections.abc import Callable, Sequence
@@ -205,6 +206,8 @@ class Sandbox:
     def shell(self, argv: Sequence[str] = ()) -> int:
         """Attach the terminal to a shell inside; what the human committed there becomes
         the commit under review."""
+        with contextlib.suppress(SoError):
+            self.fix_drift()  # host edits since the last run: restored or hidden first
         code = self.backend.shell(spec=self.spec, argv=argv)
         try:
             self.take()
