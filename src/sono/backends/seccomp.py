@@ -136,6 +136,23 @@ DENIED: tuple[str, ...] = (
     "nfsservctl",
 )
 
+# Syscalls added since Linux 5.1 have the same number on every architecture.
+UNIFIED = {
+    "io_uring_setup": 425,
+    "io_uring_enter": 426,
+    "io_uring_register": 427,
+    "open_tree": 428,
+    "move_mount": 429,
+    "fsopen": 430,
+    "fsconfig": 431,
+    "fsmount": 432,
+    "fspick": 433,
+    "clone3": 435,
+    "mount_setattr": 442,
+    "quotactl_fd": 443,
+    "open_tree_attr": 467,
+}
+
 # Numbers from <asm/unistd_64.h> (x86_64) and <asm-generic/unistd.h> (aarch64); a name
 # missing from an architecture's table does not exist there.
 SYSCALLS: Mapping[str, Mapping[str, int]] = {
@@ -185,19 +202,7 @@ SYSCALLS: Mapping[str, Mapping[str, int]] = {
         "kexec_file_load": 320,
         "bpf": 321,
         "userfaultfd": 323,
-        "io_uring_setup": 425,
-        "io_uring_enter": 426,
-        "io_uring_register": 427,
-        "open_tree": 428,
-        "move_mount": 429,
-        "fsopen": 430,
-        "fsconfig": 431,
-        "fsmount": 432,
-        "fspick": 433,
-        "clone3": 435,
-        "mount_setattr": 442,
-        "quotactl_fd": 443,
-        "open_tree_attr": 467,
+        **UNIFIED,
     },
     "aarch64": {
         "lookup_dcookie": 18,
@@ -236,19 +241,7 @@ SYSCALLS: Mapping[str, Mapping[str, int]] = {
         "bpf": 280,
         "userfaultfd": 282,
         "kexec_file_load": 294,
-        "io_uring_setup": 425,
-        "io_uring_enter": 426,
-        "io_uring_register": 427,
-        "open_tree": 428,
-        "move_mount": 429,
-        "fsopen": 430,
-        "fsconfig": 431,
-        "fsmount": 432,
-        "fspick": 433,
-        "clone3": 435,
-        "mount_setattr": 442,
-        "quotactl_fd": 443,
-        "open_tree_attr": 467,
+        **UNIFIED,
     },
 }
 
