@@ -125,22 +125,26 @@ def test_merge_with_nothing_to_merge(tmp_path: Path) -> None:
         merge(sb, commit=False, keep=False)
 
 
-def test_conflict_without_in_memory_probe_still_restores_host(
+def test_old_git_merges_whole_files_in_a_scratch_index(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Old git (no merge-tree --write-tree): the squash touches the files, then is undone."""
+    """Old git (no merge-tree --write-tree): the same tree, or a conflict, no file touched."""
     from sono import review
 
-    monkeypatch.setattr(review, "_predict_conflicts", lambda root, tip: [])
+    monkeypatch.setattr(review, "_merged_tree", review._merged_tree_old_git)
     repo, sb = sandbox_with_commits(tmp_path, {"a.txt": "sandbox\n", "d.txt": "added\n"})
-    (repo / "a.txt").write_text("host\n")
+    (repo / "b.txt").write_text("host\n")
     git(repo, "commit", "-qam", "host change")
+    merge(sb, commit=False, keep=True)
+    assert (repo / "b.txt").read_text() == "host\n" and (repo / "d.txt").exists()
+    git(repo, "reset", "-q", "--hard")
+    git(repo, "clean", "-qfd")
+    (repo / "a.txt").write_text("host\n")
+    git(repo, "commit", "-qam", "host change on a")
     before = without_objects(tree_snapshot(repo))
-    with pytest.raises(SoError, match=r"conflicts in a\.txt"):
-        merge(sb, commit=False, keep=False)
-    after = without_objects(tree_snapshot(repo))
-    assert after == before
-    assert not (repo / "d.txt").exists()
+    with pytest.raises(SoError, match=r"conflicts in a\.txt.*exactly as it was"):
+        merge(sb, commit=False, keep=True)
+    assert without_objects(tree_snapshot(repo)) == before
 
 
 def test_merge_flags_files_that_run_code(tmp_path: Path) -> None:
@@ -151,7 +155,9 @@ def test_merge_flags_files_that_run_code(tmp_path: Path) -> None:
     (sb.work / "sub" / ".gitattributes").write_text("*.txt filter=evil\n")
     sb.git.commit_all("ci")
     sb.take()  # what a shell session does when it ends
-    result = merge(sb, commit=False, keep=True)
+    seen: list[list[str]] = []
+    result = merge(sb, commit=False, keep=True, approve=lambda risky: not seen.append([*risky]))
+    assert seen == [[".github/workflows/ci.yml", "sub/.gitattributes"]]
     assert len(result.notes) == 1
     assert ".github/workflows/ci.yml" in result.notes[0]
     assert "sub/.gitattributes" in result.notes[0]

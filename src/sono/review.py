@@ -9,10 +9,12 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sono import proc
+from sono import proc, squash
 from sono.errors import SoError
 from sono.sandbox import Sandbox, remove_sandbox
 from sono.state import STOPPED
@@ -153,9 +155,16 @@ class MergeResult:
     notes: list[str] = field(default_factory=list)
 
 
-def merge(sandbox: Sandbox, *, commit: bool, keep: bool) -> MergeResult:
+Approve = Callable[[Sequence[str]], bool]
+
+
+def merge(
+    sandbox: Sandbox, *, commit: bool, keep: bool, approve: Approve | None = None
+) -> MergeResult:
     """Squash exactly the reviewed change (base..tip, both recorded by so) onto the host's
-    current branch; on conflict restore the host. The sandbox repo is not consulted."""
+    current branch, written by so from git's blobs (no filter, no hook, nothing git does
+    not track overwritten or deleted). ``approve`` sees the files that run code before
+    anything is written (None: such files are refused). The sandbox repo is not consulted."""
     rec = sandbox.record
     host = inspect_host(Path(rec.project))
     require_clean(host, action="merge", hint=" before merging")
@@ -164,55 +173,80 @@ def merge(sandbox: Sandbox, *, commit: bool, keep: bool) -> MergeResult:
     count = vault.count(base, tip)
     if tip == base or not vault.changed(rec.host_head, tip):
         raise SoError(f"nothing to merge: sandbox {rec.id} has no changes since it started")
-    shown = vault.changed(base, tip)
+    _refuse_odd_names(rec.id, vault.changed(base, tip))
+    squash_commit = _import_change(sandbox, tip)
+    tree = _merged_tree(host.root, host.head, squash_commit, rec.id)
+    if host.head == base and tree != _tree(host.root, tip):
+        raise SoError(f"merge of {rec.id} would stage something other than the reviewed "
+                      "change; your repository is exactly as it was")
+    todo = squash.changes(host.root, _tree(host.root, host.head), tree)
+    _refuse_obstacles(rec.id, host.root, todo)
+    risky = _risky(host.root, todo)
+    if risky:
+        notes.append(
+            f"the sandbox changed files that run code in git, hooks, CI, your editor, "
+            f"so or your agents ({', '.join(risky[:5])}{' …' if len(risky) > 5 else ''}): "
+            "read them before you commit, push or run anything"
+        )
+    _approved(rec.id, risky, approve)
+    subjects = "".join(f"* {one_line(s)}\n" for s in vault.subjects(base, tip)[:200])
+    message = f"so: squash of sandbox {rec.id} ({count} commit(s))\n\n{subjects}"
+    git_dir = Path(host_git(host.root, "rev-parse", "--absolute-git-dir").stdout.strip())
+    target = squash.Target(host.root, git_dir, host.head, tree)
+    squash.apply(target, todo, commit_message=message if commit else None, squash_message=message)
+    if not keep:
+        remove_sandbox(sandbox)
+    return MergeResult(count, [c.path for c in todo], commit, host.branch, notes)
+
+
+def _refuse_odd_names(sandbox_id: str, shown: Sequence[str]) -> None:
     odd = [f for f in shown if for_terminal(f) != f]
     if odd:
         names = ", ".join(one_line(f, 80) for f in odd[:5])
         raise SoError(
-            f"sandbox {rec.id} names files with control characters ({names}): a plain `ls` "
-            f"would send them to your terminal; rename them inside (`so shell {rec.id}`), "
-            "then merge again"
+            f"sandbox {sandbox_id} names files with control characters ({names}): a plain "
+            f"`ls` would send them to your terminal; rename them inside (`so shell "
+            f"{sandbox_id}`), then merge again"
         )
-    risky = [f for f in shown if runs_code(f)]
-    if risky:
-        names = ", ".join(one_line(f, 80) for f in risky[:5])
-        notes.append(
-            f"the sandbox changed files that run code in git, hooks, CI, your editor, "
-            f"so or your agents ({names}{' …' if len(risky) > 5 else ''}): read them before "
-            "you commit, push or run anything"
+
+
+def _refuse_obstacles(sandbox_id: str, root: Path, todo: Sequence[squash.Change]) -> None:
+    problems = squash.refusals(root, todo)
+    if problems:
+        raise SoError(
+            f"cannot merge {sandbox_id}: it would overwrite, replace or delete what git does "
+            f"not track in {root} (ignored or untracked): {'; '.join(problems[:8])}"
+            f"{' …' if len(problems) > 8 else ''}. Move these out of the way (or rename the "
+            f"sandbox's files with `so shell {sandbox_id}`), then merge again; nothing was "
+            "changed"
         )
-    squash = _import_change(sandbox, tip)
-    conflicts = _predict_conflicts(host.root, squash)
-    if conflicts:
-        raise SoError(_conflict_message(rec.id, f"conflicts in {', '.join(conflicts[:5])}"))
-    saved = _merge_state(host.root)
-    result = host_git(host.root, *_IDENT, "merge", "--squash", "--no-verify", squash, check=False)
-    if result.returncode != 0:
-        conflicts = host_git(host.root, "diff", "--name-only", "--diff-filter=U").stdout.split()
-        _restore(host.root, saved)
-        what = (
-            f"conflicts in {', '.join(one_line(c, 80) for c in conflicts[:5])}"
-            if conflicts
-            else one_line((result.stderr.strip().splitlines() or ["git merge failed"])[-1])
-        )
-        raise SoError(_conflict_message(rec.id, what))
-    if host.head == base and _staged_tree(host.root) != _tree(host.root, tip):
-        _restore(host.root, saved)
-        raise SoError(f"merge of {rec.id} staged something other than the reviewed change; "
-                      "your repository is exactly as it was")
-    out = host_git(host.root, "diff", "--cached", "--no-renames", "--name-only", "-z").stdout
-    files = [f for f in out.split("\0") if f]
-    if commit:
-        subjects = "".join(f"* {one_line(s)}\n" for s in vault.subjects(base, tip)[:200])
-        message = f"so: squash of sandbox {rec.id} ({count} commit(s))\n\n{subjects}"
-        # No hook runs: --no-verify skips pre-commit/commit-msg, hooksPath the others.
-        proc.run(
-            ["git", *GIT_SAFE, "-C", str(host.root), "commit", "-q", "--no-verify", "-F", "-"],
-            input=message,
-        )
-    if not keep:
-        remove_sandbox(sandbox)
-    return MergeResult(count, files, commit, host.branch, notes)
+
+
+def _approved(sandbox_id: str, risky: Sequence[str], approve: Approve | None) -> None:
+    if approve is None:
+        if risky:
+            raise SoError(
+                f"merge of {sandbox_id} changes files that run code ({', '.join(risky[:5])}"
+                f"{' …' if len(risky) > 5 else ''}): merge it with `so merge {sandbox_id}` "
+                "in a terminal, which lists them and asks; nothing was changed"
+            )
+        return
+    if not approve(risky):
+        raise SoError(f"merge of {sandbox_id} cancelled; nothing was changed")
+
+
+def _risky(root: Path, todo: Sequence[squash.Change]) -> list[str]:
+    """The changed paths that run code or are trusted on their own, and new symlinks that
+    point outside the project (shown with their target), for the terminal."""
+    found = []
+    for c in todo:
+        if runs_code(c.path):
+            found.append(one_line(c.path, 80))
+        elif c.new_mode == squash.LINK:
+            target = host_git(root, "cat-file", "blob", c.new_oid).stdout
+            if target.startswith("/") or ".." in Path(c.path).parent.joinpath(target).parts:
+                found.append(f"{one_line(c.path, 80)} -> {one_line(target, 80)}")
+    return found
 
 
 # The squash's parent: a throwaway commit; only the host user's own identity is recorded.
@@ -221,10 +255,6 @@ _IDENT = ("-c", "user.name=so", "-c", "user.email=so@localhost")
 
 def _tree(root: Path, commit: str) -> str:
     return host_git(root, "rev-parse", f"{commit}^{{tree}}").stdout.strip()
-
-
-def _staged_tree(root: Path) -> str:
-    return host_git(root, "write-tree").stdout.strip()
 
 
 # Paths whose content runs without anyone asking: git (attributes, submodules), hook
@@ -293,15 +323,36 @@ def _conflict_message(sandbox_id: str, what: str) -> str:
     )
 
 
-def _predict_conflicts(root: Path, tip: str) -> list[str]:
-    """Merge in memory (git >= 2.38) so a conflict never touches the host's files.
-    Older git: [] and the caller's restore path handles conflicts."""
+def _merged_tree(root: Path, head: str, change: str, sandbox_id: str) -> str:
+    """The merged tree, computed in memory (git >= 2.38): the host's files are untouched
+    until so writes the result itself."""
     probe = host_git(
-        root, "merge-tree", "--write-tree", "--name-only", "--no-messages", "HEAD", tip, check=False
+        root, "-c", "merge.renormalize=false", "merge-tree", "--write-tree", "--name-only",
+        "--no-messages", head, change, check=False,
     )
-    if probe.returncode != 1:
-        return []
-    return [line for line in probe.stdout.splitlines()[1:] if line.strip()] or ["unknown"]
+    lines = probe.stdout.splitlines()
+    if probe.returncode == 0 and lines and valid_commit_id(lines[0]):
+        return lines[0]
+    if probe.returncode == 1:
+        conflicts = [one_line(c, 80) for c in lines[1:] if c.strip()] or ["unknown"]
+        raise SoError(_conflict_message(sandbox_id, f"conflicts in {', '.join(conflicts[:5])}"))
+    return _merged_tree_old_git(root, head, change, sandbox_id)
+
+
+def _merged_tree_old_git(root: Path, head: str, change: str, sandbox_id: str) -> str:
+    """Without merge-tree --write-tree: a three-way merge of whole files in a scratch
+    index; a file both sides changed is a conflict (newer git merges its lines)."""
+    merge_base = host_git(root, "merge-base", head, change).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="so-merge-") as scratch:
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        git = ["git", *GIT_SAFE, "-C", str(root)]
+        proc.run([*git, "read-tree", "-i", "-m", "--aggressive", merge_base, head, change], env=env)
+        unmerged = proc.run([*git, "ls-files", "-u", "-z"], env=env).stdout
+        paths = sorted({e.split("\t", 1)[1] for e in unmerged.split("\0") if "\t" in e})
+        if paths:
+            what = f"conflicts in {', '.join(one_line(p, 80) for p in paths[:5])}"
+            raise SoError(_conflict_message(sandbox_id, what + "; git >= 2.38 merges more"))
+        return proc.run([*git, "write-tree"], env=env).stdout.strip()
 
 
 def _import_change(sandbox: Sandbox, tip: str) -> str:
@@ -336,33 +387,3 @@ def _import_change(sandbox: Sandbox, tip: str) -> str:
     if not valid_commit_id(squash):
         raise SoError(f"could not prepare sandbox {rec.id}'s change for merging")
     return squash
-
-
-MERGE_STATE = (
-    "index",
-    "ORIG_HEAD",
-    "SQUASH_MSG",
-    "MERGE_MSG",
-    "MERGE_HEAD",
-    "AUTO_MERGE",
-    "MERGE_MODE",
-)
-
-
-def _merge_state(root: Path) -> dict[Path, bytes | None]:
-    git_dir = Path(host_git(root, "rev-parse", "--absolute-git-dir").stdout.strip())
-    return {
-        git_dir / n: (git_dir / n).read_bytes() if (git_dir / n).is_file() else None
-        for n in MERGE_STATE
-    }
-
-
-def _restore(root: Path, saved: dict[Path, bytes | None]) -> None:
-    """Index and files back to HEAD without moving any ref (no reflog entry), and the
-    merge bookkeeping files exactly as they were."""
-    host_git(root, "read-tree", "--reset", "-u", "HEAD")
-    for path, content in saved.items():
-        if content is None:
-            path.unlink(missing_ok=True)
-        else:
-            path.write_bytes(content)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 
 from sono.commands import _common as c
 from sono.review import merge
@@ -13,10 +14,27 @@ from sono.sandbox import open_sandbox
 def run(args: argparse.Namespace) -> int:
     sandbox = open_sandbox(c.store(), args.id)
     rec = sandbox.record
-    if not c.confirm(args, f"squash-merge sandbox {rec.id} into {rec.project}?"):
-        print("so: merge cancelled")
-        return 1
-    result = merge(sandbox, commit=args.commit, keep=args.keep)
+
+    def approve(risky: Sequence[str]) -> bool:
+        """Asked after every check and before any file is written; the files that run
+        code are listed first, whatever the answer (--yes too)."""
+        question = f"squash-merge sandbox {rec.id} into {rec.project}?"
+        if risky:
+            print(
+                f"so: sandbox {rec.id} changes files that run code or that git, hooks, CI, "
+                "your editor, so or your agents trust (read them: "
+                f"`so diff {rec.id}`):",
+                file=sys.stderr,
+            )
+            for name in risky:
+                print(f"so:   {name}", file=sys.stderr)
+            question = (
+                f"squash-merge sandbox {rec.id} into {rec.project}, "
+                f"with the {len(risky)} file(s) listed above?"
+            )
+        return c.confirm(args, question)
+
+    result = merge(sandbox, commit=args.commit, keep=args.keep, approve=approve)
     for note in result.notes:
         print(f"so: {note}", file=sys.stderr)
     state = "committed" if result.committed else "staged (review, then git commit)"
