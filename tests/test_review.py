@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -147,6 +148,16 @@ def test_old_git_merges_whole_files_in_a_scratch_index(
     assert without_objects(tree_snapshot(repo)) == before
 
 
+def recorder(seen: list[list[str]]) -> Callable[[Sequence[str]], bool]:
+    """An approval that records what it was shown and says yes."""
+
+    def approve(risky: Sequence[str]) -> bool:
+        seen.append([*risky])
+        return True
+
+    return approve
+
+
 def test_merge_flags_files_that_run_code(tmp_path: Path) -> None:
     _, sb = sandbox_with_commits(tmp_path, {"a.txt": "one\n"})
     (sb.work / ".github" / "workflows").mkdir(parents=True)
@@ -156,7 +167,7 @@ def test_merge_flags_files_that_run_code(tmp_path: Path) -> None:
     sb.git.commit_all("ci")
     sb.take()  # what a shell session does when it ends
     seen: list[list[str]] = []
-    result = merge(sb, commit=False, keep=True, approve=lambda risky: not seen.append([*risky]))
+    result = merge(sb, commit=False, keep=True, approve=recorder(seen))
     assert seen == [[".github/workflows/ci.yml", "sub/.gitattributes"]]
     assert len(result.notes) == 1
     assert ".github/workflows/ci.yml" in result.notes[0]

@@ -51,8 +51,30 @@ class Change:
 
 def git(root: Path, *args: str, env: dict[str, str] | None = None,
         input: str | None = None, check: bool = True) -> proc.Completed:
+    """Host git with every filter driver the host configures switched off (git still
+    checks "racily clean" index entries by running the clean filter that the index's new
+    ``.gitattributes``, the agent's, names)."""
     full = {**os.environ, **env} if env else None
-    return proc.run(["git", *GIT_SAFE, "-C", str(root), *args], env=full, input=input, check=check)
+    argv = ["git", *GIT_SAFE, *no_filters(root), "-C", str(root), *args]
+    return proc.run(argv, env=full, input=input, check=check)
+
+
+def no_filters(root: Path) -> list[str]:
+    """``-c`` settings that empty every configured ``filter.<driver>`` (an empty command is
+    no filter to git) and make none required; drivers come only from config, which the
+    sandbox cannot write."""
+    out = proc.run(
+        ["git", *GIT_SAFE, "-C", str(root), "config", "-z", "--get-regexp", r"^filter\."],
+        check=False,
+    ).stdout
+    names = {key[len("filter."):key.rfind(".")] for key, _, _ in
+             (entry.partition("\n") for entry in out.split("\0")) if key.count(".") >= 2}
+    return [
+        arg
+        for name in sorted(names)
+        for var, value in (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false"))
+        for arg in ("-c", f"filter.{name}.{var}={value}")
+    ]
 
 
 def changes(root: Path, old_tree: str, new_tree: str) -> list[Change]:
@@ -128,13 +150,8 @@ def _files_under(root: Path, rel: str, gone: set[str]) -> list[str]:
     for dirpath, dirnames, filenames in os.walk(root / rel):
         base = Path(dirpath).relative_to(root).as_posix()
         kept += [f"{base}/{n}" for n in filenames if f"{base}/{n}" not in gone]
-        kept += [f"{base}/{n}/" for n in dirnames if _opaque_dir(Path(dirpath) / n)]
+        kept += [f"{base}/{n}/" for n in dirnames if (Path(dirpath) / n).is_symlink()]
     return sorted(kept)
-
-
-def _opaque_dir(path: Path) -> bool:
-    """A symlink to a directory, or an empty directory: kept even after the removals."""
-    return path.is_symlink() or not any(path.iterdir())
 
 
 def _hidden_from_git(root: Path, todo: Sequence[Change]) -> list[str]:
@@ -173,7 +190,7 @@ def apply(target: Target, todo: Sequence[Change], *, commit_message: str | None,
     commit it if ``commit_message``; on any failure, everything is as it was."""
     with _staging(target) as scratch:
         blobs = _unpack(target, todo, scratch)
-        index = _new_index(target, scratch)
+        index = _new_index(target, todo, scratch)
         new_commit = _commit(target, commit_message) if commit_message is not None else None
         with _index_lock(target.git_dir), _interrupts_deferred() as check:
             journal = _Journal(scratch, check)
@@ -235,13 +252,17 @@ def _umask() -> int:
     return mask
 
 
-def _new_index(target: Target, scratch: Path) -> Path:
-    """The host index moved to the merged tree, in a copy (index only: git reads no work
-    tree file and runs no filter); unchanged entries keep their stat data."""
+def _new_index(target: Target, todo: Sequence[Change], scratch: Path) -> Path:
+    """The host index with the change's entries, in a copy: entries only (``update-index
+    --index-info`` reads no work tree file and runs no filter, where ``read-tree -m`` runs
+    the clean filter); unchanged entries keep their stat data."""
     index = scratch / "index"
     shutil.copyfile(target.git_dir / "index", index)
     env = {"GIT_INDEX_FILE": str(index)}
-    git(target.root, "read-tree", "-m", "-i", target.head, target.tree, env=env)
+    gone = [f"0 {_NO_OID}\t{c.path}" for c in todo if c.removes or c.new_mode != c.old_mode]
+    new = [f"{c.new_mode} {c.new_oid}\t{c.path}" for c in todo if not c.removes]
+    entries = "".join(f"{e}\0" for e in gone + new)
+    git(target.root, "update-index", "-z", "--replace", "--index-info", env=env, input=entries)
     if git(target.root, "write-tree", env=env).stdout.strip() != target.tree:
         raise SoError("the merged index does not hold the merged tree; nothing was changed")
     return index
@@ -320,6 +341,7 @@ class _Journal:
             self.check()
             dest = root / c.path
             self._parents(root, dest.parent)
+            self._clear_empty_dirs(dest)
             _move(blobs[c.path], dest)
             self.steps.append(("placed", dest, 0))
         self.check()
@@ -334,6 +356,18 @@ class _Journal:
                 return
             self.steps.append(("rmdir", folder, stat.S_IMODE(mode)))
             folder = folder.parent
+
+    def _clear_empty_dirs(self, top: Path) -> None:
+        """A directory (of empty directories only) where a file goes: git removes it too;
+        anything in it makes rmdir fail, and the merge is undone."""
+        info = _lstat(top)
+        if info is None or not stat.S_ISDIR(info.st_mode):
+            return
+        for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda w: -len(w[0])):
+            folder = Path(dirpath)
+            mode = stat.S_IMODE(folder.lstat().st_mode)
+            folder.rmdir()
+            self.steps.append(("rmdir", folder, mode))
 
     def _parents(self, root: Path, folder: Path) -> None:
         missing = []
