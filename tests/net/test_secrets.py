@@ -468,7 +468,7 @@ def test_bound_placeholder_reaches_the_upstream_as_the_value_and_streams_back(
         conn.request(
             "GET",
             "/stream?page=1",
-            headers={"Authorization": f"Bearer {placeholder}", "X-Both": placeholder * 2},
+            headers={"Authorization": f"Bearer {placeholder}", "X-Api-Key": placeholder * 2},
         )
         response = conn.getresponse()
         assert response.status == 200
@@ -480,7 +480,7 @@ def test_bound_placeholder_reaches_the_upstream_as_the_value_and_streams_back(
         conn.close()
     (seen,) = upstream.seen
     assert seen.headers["authorization"] == "Bearer ghp_real_value"
-    assert seen.headers["x-both"] == "ghp_real_value" * 2
+    assert seen.headers["x-api-key"] == "ghp_real_value" * 2
     assert seen.path == "/stream?page=1"
     assert upstream.state.released == [True]  # not buffered: the client saw `first` first
     assert "ghp_real_value" not in raw_headers + first.decode()
@@ -497,12 +497,12 @@ def test_keep_alive_serves_several_requests_on_one_connection(setup: Setup) -> N
             response = conn.getresponse()
             bodies.append(response.read())
         big = bytes(range(256)) * 4096  # 1 MiB, streamed through the TLS termination
-        conn.request("POST", "/upload", body=big, headers={"X-Key": placeholder})
+        conn.request("POST", "/upload", body=big, headers={"X-Api-Key": placeholder})
         assert conn.getresponse().read() == b"upstream saw POST /upload\n" + big
         conn.close()
     assert bodies == [b"upstream saw GET /one\n", b"upstream saw GET /two\n"]
     assert [s.headers["authorization"] for s in upstream.seen[:2]] == ["token ghp_real_value"] * 2
-    assert upstream.seen[2].headers["x-key"] == "ghp_real_value"
+    assert upstream.seen[2].headers["x-api-key"] == "ghp_real_value"
     assert upstream.connections == 1
 
 
