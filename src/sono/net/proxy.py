@@ -6,7 +6,9 @@ The sandbox has no network; this socket (bound into it, and exposed on 127.0.0.1
 - ``CONNECT host:port`` (HTTPS and any other TCP): answered ``200 Connection Established``
   and then spliced both ways;
 - absolute-form plain HTTP (``GET http://host/path HTTP/1.1``): rewritten to origin-form
-  with ``Connection: close`` (one request per connection) and spliced.
+  with ``Connection: close``, its body forwarded by its own framing and the response
+  relayed back; nothing more is read from the client (a pipelined second request is
+  never forwarded unchecked).
 
 Every target is checked with :func:`sono.net.policy.precheck` before any DNS lookup, then
 resolved once here and checked with :func:`sono.net.policy.decide`; the connection goes to
@@ -20,8 +22,13 @@ tunnels: after the same checks, the proxy answers the ``CONNECT`` and ends the c
 TLS itself with a certificate for the host from the session's
 :class:`sono.net.tls.SessionCA` (ALPN ``http/1.1`` only). It then reads the HTTP/1.1
 requests of the connection one by one (keep-alive), replaces the placeholders of secrets
-bound to that host in header values (bodies only with ``substitute_body=True``; never in
-the request line, which servers echo back: a placeholder there is a logged ``403``),
+bound to that host in the values of the headers each is bound to
+(:func:`sono.net.secrets.substitute_headers`; bodies only with ``substitute_body=True``;
+anywhere else, header names and the request line included, a logged ``403``), checks the
+TLS server name and every ``Host`` against the host (no fronting), re-frames chunked
+bodies strictly (chunk extensions and bare LFs refused, trailers dropped), asks for
+uncompressed whole responses and masks the values in every response head and body
+(:class:`sono.net.secrets.Scrubber`; compressed responses and upgrades are a ``502``),
 refuses with ``403`` (logged like a denial) a request carrying the placeholder of a
 secret *not* bound to it, and forwards the rest over a TLS
 connection of its own to one of the checked addresses (verified with the default
