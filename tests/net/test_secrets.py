@@ -42,7 +42,16 @@ from sono.config import Config, Secret, load_config
 from sono.errors import SoError
 from sono.net.policy import NetworkPolicy
 from sono.net.proxy import ProxyThread
-from sono.net.secrets import BoundSecret, Unbound, resolve, sandbox_env, substitute
+from sono.net.secrets import (
+    DEFAULT_HEADERS,
+    BoundSecret,
+    Scrubber,
+    Unbound,
+    resolve,
+    sandbox_env,
+    substitute,
+    substitute_headers,
+)
 from sono.net.session import NetSession, gateway_for, session_for
 from sono.net.tls import BUNDLE_FILE, CA_FILE, SessionCA, load_chain, trust_env, write_trust_files
 
@@ -468,7 +477,7 @@ def test_bound_placeholder_reaches_the_upstream_as_the_value_and_streams_back(
         conn.request(
             "GET",
             "/stream?page=1",
-            headers={"Authorization": f"Bearer {placeholder}", "X-Both": placeholder * 2},
+            headers={"Authorization": f"Bearer {placeholder}", "X-Api-Key": placeholder * 2},
         )
         response = conn.getresponse()
         assert response.status == 200
@@ -480,7 +489,7 @@ def test_bound_placeholder_reaches_the_upstream_as_the_value_and_streams_back(
         conn.close()
     (seen,) = upstream.seen
     assert seen.headers["authorization"] == "Bearer ghp_real_value"
-    assert seen.headers["x-both"] == "ghp_real_value" * 2
+    assert seen.headers["x-api-key"] == "ghp_real_value" * 2
     assert seen.path == "/stream?page=1"
     assert upstream.state.released == [True]  # not buffered: the client saw `first` first
     assert "ghp_real_value" not in raw_headers + first.decode()
@@ -497,12 +506,12 @@ def test_keep_alive_serves_several_requests_on_one_connection(setup: Setup) -> N
             response = conn.getresponse()
             bodies.append(response.read())
         big = bytes(range(256)) * 4096  # 1 MiB, streamed through the TLS termination
-        conn.request("POST", "/upload", body=big, headers={"X-Key": placeholder})
+        conn.request("POST", "/upload", body=big, headers={"X-Api-Key": placeholder})
         assert conn.getresponse().read() == b"upstream saw POST /upload\n" + big
         conn.close()
     assert bodies == [b"upstream saw GET /one\n", b"upstream saw GET /two\n"]
     assert [s.headers["authorization"] for s in upstream.seen[:2]] == ["token ghp_real_value"] * 2
-    assert upstream.seen[2].headers["x-key"] == "ghp_real_value"
+    assert upstream.seen[2].headers["x-api-key"] == "ghp_real_value"
     assert upstream.connections == 1
 
 
@@ -607,3 +616,71 @@ def test_a_placeholder_in_the_path_is_refused(setup: Setup) -> None:
         conn.close()
     assert upstream.seen == []
     assert "may be sent in headers only" in json_lines(setup.log)[0]["reason"]
+
+
+# --- where a value may go, and what comes back -----------------------------------------
+
+
+def _bound(headers: tuple[str, ...] = DEFAULT_HEADERS) -> BoundSecret:
+    return BoundSecret("GH_TOKEN", "ghp_real/value", "so-secret-GH_TOKEN-0", (API,), headers)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [("X-so-secret-GH_TOKEN-0", "1")],  # a header name
+        [("Cookie", "t=so-secret-GH_TOKEN-0")],  # headers servers echo back
+        [("Origin", "so-secret-GH_TOKEN-0")],
+        [("X-Request-Id", "so-secret-GH_TOKEN-0")],
+    ],
+)
+def test_a_placeholder_outside_its_bound_headers_is_refused(
+    headers: list[tuple[str, str]],
+) -> None:
+    with pytest.raises(Unbound):
+        substitute_headers(headers, [_bound()], API)
+
+
+def test_placeholders_become_values_in_the_bound_headers_only() -> None:
+    headers = [("Authorization", "Bearer so-secret-GH_TOKEN-0"), ("Accept", "*/*")]
+    assert substitute_headers(headers, [_bound()], API)[0] == (
+        "Authorization",
+        "Bearer ghp_real/value",
+    )
+    custom = _bound(("private-token",))
+    assert substitute_headers([("Private-Token", custom.placeholder)], [custom], API) == [
+        ("Private-Token", "ghp_real/value")
+    ]
+    with pytest.raises(Unbound):
+        substitute_headers(headers, [custom], API)  # Authorization is not its header
+    with pytest.raises(Unbound):
+        substitute_headers(headers, [_bound()], OTHER)
+
+
+def test_secret_headers_are_configurable(tmp_path: Path) -> None:
+    config = tmp_path / ".config" / "so" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(
+        '[secrets.T]\nenv = "V"\nhosts = ["gitlab.example"]\nheaders = ["Private-Token"]\n'
+    )
+    cfg = load_config(
+        project=None, env={"XDG_CONFIG_HOME": str(tmp_path / ".config")}, home=tmp_path, flags={}
+    )
+    (secret,) = cfg.secrets
+    assert secret.headers == ("private-token",)
+    (bound,) = resolve(cfg.secrets, {"V": "x"})
+    assert bound.headers == ("private-token",)
+
+
+def test_the_scrubber_masks_values_split_across_pieces_and_keeps_lengths() -> None:
+    value = "ghp_real/value"
+    stream = f'{{"a": "{value}", "j": "ghp_real\\/value", "u": "ghp_real%2Fvalue"}} tail'.encode()
+    for size in (1, 2, 5, 1000):
+        scrubber = Scrubber([_bound()])
+        pieces = [stream[i : i + size] for i in range(0, len(stream), size)]
+        out = b"".join(scrubber.feed(p) for p in pieces) + scrubber.flush()
+        assert len(out) == len(stream)
+        assert b"ghp_real" not in out, size
+        assert out.endswith(b" tail")
+    scrubber = Scrubber([_bound()])
+    assert scrubber.feed(b"first\n") == b"first\n"  # nothing held back that cannot match

@@ -237,8 +237,14 @@ def run_loop(
         total_time_s=cfg.total_time,
         stop_on_kill=cfg.on_kill == "stop",
     )
-    with network(sandbox, agent, cfg) as (net, netted, host_env):
-        env = {**netted.harness.env(host_env, netted.options), **(env_overrides or {})}
+    with network(sandbox, agent, cfg) as (net, netted, host_env, net_env):
+        # The network's own variables (secret placeholders, CA trust) after the harness's
+        # choice: a harness keeps only the host variables it knows.
+        env = {
+            **netted.harness.env(host_env, netted.options),
+            **net_env,
+            **(env_overrides or {}),
+        }
         loop = Loop(
             sandbox,
             harness=netted.harness,
@@ -329,20 +335,27 @@ def serving(sandbox: Sandbox, cfg: Config | None = None) -> Iterator[NetSession 
 @contextlib.contextmanager
 def network(
     sandbox: Sandbox, agent: Agent, cfg: Config, host_env: Mapping[str, str] | None = None
-) -> Iterator[tuple[NetSession | None, Agent, Mapping[str, str]]]:
+) -> Iterator[tuple[NetSession | None, Agent, Mapping[str, str], Mapping[str, str]]]:
     """Serve the sandbox's proxy and model gateway while the block runs; yield the agent
-    pointed at the gateway and the host env it may see (keys replaced by placeholders).
-    Sandboxes made before the network policy keep the host's network."""
+    pointed at the gateway, the host env it may see (keys replaced by placeholders) and
+    the variables every agent process must get on top of its harness's (secrets'
+    placeholders, CA trust). Sandboxes made before the network policy keep the host's
+    network."""
     env = environ() if host_env is None else host_env
     if sandbox.spec.net is None:
-        yield None, agent, env
+        yield None, agent, env, {}
         return
     from sono.net.session import session_for
 
     session, gatewayed = session_for(sandbox.net_dir, cfg, env)
     options = dataclasses.replace(agent.options, endpoints=gatewayed.endpoints)
     with session:
-        yield session, dataclasses.replace(agent, options=options), gatewayed.env
+        yield (
+            session,
+            dataclasses.replace(agent, options=options),
+            gatewayed.env,
+            (gatewayed.sandbox_env),
+        )
 
 
 def summarize(args: argparse.Namespace, sandbox: Sandbox, result: LoopResult) -> None:

@@ -152,8 +152,9 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         model_env = {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-so-demo-key"}
-        with c.network(sandbox, agent, cfg, model_env) as (net, netted, host_env):
+        with c.network(sandbox, agent, cfg, model_env) as (net, netted, host_env, net_env):
             env = {
+                **net_env,
                 **{k: v for k, v in host_env.items() if k.startswith("ANTHROPIC_")},
                 "DISABLE_AUTOUPDATER": "1",
                 "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",

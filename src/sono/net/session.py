@@ -88,6 +88,9 @@ class Gatewayed:
     routes: tuple[Route, ...]
     endpoints: dict[str, str]  # family -> base URL inside the sandbox
     env: dict[str, str]  # the host env as the harness may see it (keys replaced)
+    # What the sandbox gets whatever the harness keeps of ``env``: the secrets'
+    # placeholders and the variables that make its clients trust the session CA.
+    sandbox_env: dict[str, str] = field(default_factory=dict)
 
 
 def gateway_for(host_env: Mapping[str, str]) -> Gatewayed:
@@ -254,7 +257,9 @@ def session_for(
     With ``[secrets]``, their values are read from ``host_env`` or their files now (a
     missing one raises :class:`sono.errors.SoError`); the agent gets each as a
     placeholder, loses every host variable that held a secret's value, and is told to
-    trust the session CA (:func:`sono.net.tls.trust_env`) when there is a proxy."""
+    trust the session CA (:func:`sono.net.tls.trust_env`) when there is a proxy. Those
+    variables are in ``sandbox_env`` too: every harness filters the host env it is given,
+    so the caller adds them after the harness (they must reach any agent)."""
     gatewayed = gateway_for(host_env)
     policy = policy_of(cfg)
     bound = resolve(cfg.secrets, host_env) if cfg.secrets else []
@@ -262,12 +267,13 @@ def session_for(
         sources = {s.env for s in cfg.secrets if s.env is not None}
         values = {b.value for b in bound}
         env = {k: v for k, v in gatewayed.env.items() if k not in sources and v not in values}
-        env.update(sandbox_env(bound))
+        forced = sandbox_env(bound)
         if policy.mode != "none":
             from sono.net.tls import trust_env
 
-            env.update(trust_env(f"{INSIDE_DIR}/ca.pem"))
-        gatewayed = dataclasses.replace(gatewayed, env=env)
+            forced.update(trust_env(f"{INSIDE_DIR}/ca.pem"))
+        env.update(forced)
+        gatewayed = dataclasses.replace(gatewayed, env=env, sandbox_env=forced)
     return NetSession(net_dir, policy, gatewayed.routes, bound), gatewayed
 
 
