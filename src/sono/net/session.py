@@ -1,7 +1,7 @@
 """One sandbox's network for the length of a run.
 
 The sandbox has no network interface but loopback. Two host-side servers listen on Unix
-sockets in ``$SO_HOME/sandboxes/<id>/net/sock/private/`` (``sock/`` is bound into the
+sockets in ``$SO_HOME/sandboxes/<id>/net/sock/p/`` (``sock/`` is bound into the
 sandbox at ``/run/so/net``); a small forwarder inside (:mod:`sono.net.forward`) exposes them as
 
 * ``127.0.0.1:3128`` — the egress proxy (``HTTP(S)_PROXY``), which allows only what the
@@ -12,7 +12,7 @@ sandbox at ``/run/so/net``); a small forwarder inside (:mod:`sono.net.forward`) 
 
 The logs live next to ``sock/``, never inside it: the agent cannot read or forge them.
 
-Only the user reaches the sockets: each is mode 0600 in ``private/`` (0700), owned by the
+Only the user reaches the sockets: each is mode 0600 in ``p/`` (0700), owned by the
 user, below the sandbox's dir and ``$SO_HOME/sandboxes`` (both 0700). Inside, bwrap maps
 the agent to the user's uid; on Docker the forwarder runs as root in the container and,
 when so is not root on the host, connects with the user's uid as its effective uid
@@ -53,7 +53,7 @@ PROXY_PORT = 3128
 GATEWAY_PORT = 3129
 INSIDE_DIR = "/run/so/net"
 FORWARDER_INSIDE = "/run/so/forward.py"
-SOCKETS = "private"  # the sockets' own directory, 0700, under the bound one
+SOCKETS = "p"  # the sockets' own directory (private, 0700), under the bound one; short: sun_path
 PROXY_SOCK = "proxy.sock"
 GATEWAY_SOCK = "gateway.sock"
 PLACEHOLDER = "so-placeholder-the-gateway-adds-the-real-key"
@@ -179,7 +179,7 @@ class NetSession:
         secrets: Sequence[BoundSecret] = (),
     ) -> None:
         self.dir = net_dir
-        self.sock_dir = net_dir / "sock"  # bound inside: the CA files, and private/
+        self.sock_dir = net_dir / "sock"  # bound inside: the CA files, and p/
         self.private_dir = self.sock_dir / SOCKETS
         self.denied_log = net_dir / "denied.jsonl"
         self.usage_log = net_dir / "usage.jsonl"
@@ -211,7 +211,7 @@ class NetSession:
             if self.policy.mode != "none" and not _serving(short / PROXY_SOCK):
                 self._threads.append(self._proxy(short / PROXY_SOCK).start())
         for name in (GATEWAY_SOCK, PROXY_SOCK):
-            if _is_socket(self.sock_dir / name):  # where sockets were before private/
+            if _is_socket(self.sock_dir / name):  # where sockets were before p/
                 with contextlib.suppress(OSError):
                     (self.sock_dir / name).unlink()
             path = self.private_dir / name
