@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ from typing import Any
 
 from sono import proc
 from sono.errors import SoError
+from sono.textsafe import one_line
 
 RUNNER_REPO = "so-runner"
 BOOTSTRAP_REPO = "so-base"
@@ -53,18 +55,58 @@ def dockerfile() -> str:
     return resources.files("sono.runner").joinpath("Dockerfile").read_text()
 
 
+def project_dockerfile(project: Path) -> Path | None:
+    """``<project>/.so/Dockerfile`` when there is one (its directory: the build context)."""
+    path = project / ".so" / "Dockerfile"
+    return path if path.is_file() else None
+
+
 @dataclass(frozen=True)
 class RunnerSpec:
     base: str
     uid: int
     gid: int
     project: Path | None = None  # a project whose .so/Dockerfile is layered on top
+    # The digest of the .so/ build context the user trusted (``so trust``), if any.
+    trusted_context: str | None = None
 
     def project_dockerfile(self) -> Path | None:
-        if self.project is None:
-            return None
-        path = self.project / ".so" / "Dockerfile"
-        return path if path.is_file() else None
+        return None if self.project is None else project_dockerfile(self.project)
+
+
+def remote_sources(dockerfile_text: str) -> list[str]:
+    """The URLs an ``ADD`` of this Dockerfile fetches (the engine itself downloads them,
+    from the host's network, whatever the build's network): plain or JSON form, after
+    line continuations, any scheme (``http://``, ``git@``…)."""
+    escape = "\\"
+    head = dockerfile_text.lstrip().splitlines()[:1]
+    if head and head[0].replace(" ", "").lower() == "#escape=`":
+        escape = "`"
+    joined = re.sub(re.escape(escape) + r"[ \t]*\r?\n", " ", dockerfile_text)
+    found = []
+    for line in joined.splitlines():
+        words = line.split()
+        if not words or words[0].upper() != "ADD":
+            continue
+        for raw in words[1:]:
+            word = raw.strip('[],"')
+            if "://" in word or word.startswith("git@"):
+                found.append(word)
+    return found
+
+
+def _require_trusted(spec: RunnerSpec, dockerfile: Path) -> None:
+    """Refuse a project layer whose build context the user has not trusted as it is."""
+    from sono.trust import context_digest
+
+    digest = context_digest(dockerfile.parent)
+    if spec.trusted_context == digest:
+        return
+    state = "has changed since you trusted it" if spec.trusted_context else "is not trusted"
+    raise SoError(
+        f"the Docker project layer {dockerfile} {state} (its build context {dockerfile.parent} "
+        f"is built on your host's engine); review it, then run `so trust` in {spec.project}"
+    )
 
 
 def content_hash(*parts: bytes | str) -> str:
@@ -135,13 +177,21 @@ class Images:
         if not self.exists(runner):
             self._build_runner(spec, runner, progress)
         project = self.project_tag(spec, runner)
-        if project is None:
+        path = spec.project_dockerfile()
+        if project is None or path is None:
             return runner
+        _require_trusted(spec, path)  # an image built from it earlier is not run either
         if not self.exists(project):
-            path = spec.project_dockerfile()
-            assert path is not None
-            progress(f"building the project image {project} from {path}")
-            self._build(path.parent, project, {}, progress, dockerfile_name=path.name)
+            remote = remote_sources(path.read_text(errors="replace"))
+            if remote:
+                raise SoError(
+                    f"{path}: ADD {one_line(remote[0], 120)} fetches from the network; the "
+                    "project layer builds without one: download it into .so/ and COPY it"
+                )
+            progress(f"building the project image {project} from {path} (no network)")
+            self._build(
+                path.parent, project, {}, progress, dockerfile_name=path.name, network="none"
+            )
         return project
 
     def _build_runner(self, spec: RunnerSpec, tag: str, progress: Progress) -> None:
@@ -159,7 +209,9 @@ class Images:
         tag: str,
         args: dict[str, str],
         progress: Progress,
+        *,
         dockerfile_name: str = "Dockerfile",
+        network: str | None = None,
     ) -> None:
         stream = self.client.api.build(
             path=str(ctx),
@@ -170,10 +222,13 @@ class Images:
             forcerm=True,
             dockerfile=dockerfile_name,
             labels={LABEL: "1"},
+            network_mode=network,
         )
         for chunk in _chunks(stream):
             if "error" in chunk:
-                raise SoError(f"building {tag} failed: {str(chunk['error']).strip()}")
+                raise SoError(
+                    f"building {tag} failed: {one_line(str(chunk['error']).strip(), 500)}"
+                )
             text = str(chunk.get("stream", "")).strip()
             if text:
                 progress(text)

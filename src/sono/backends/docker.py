@@ -43,6 +43,7 @@ from sono.limits import (
 )
 from sono.net.session import FORWARDER_INSIDE, INSIDE_DIR, forwarder_argv, proxy_env
 from sono.overlay import static_obstacle, strip_setid
+from sono.trust import TrustStore
 
 LABEL = "so.sandbox"
 MOUNTS_LABEL = "so.mounts"
@@ -302,7 +303,11 @@ class DockerBackend:
 
     def runner_spec(self, project: Path | None = None) -> RunnerSpec:
         base = self._base or self.images().default_base()
-        return RunnerSpec(base=base, uid=self.uid, gid=self.gid, project=project or self._project)
+        project = project or self._project
+        trusted = TrustStore.default(os.environ).trusted_context(project) if project else None
+        return RunnerSpec(
+            base=base, uid=self.uid, gid=self.gid, project=project, trusted_context=trusted
+        )
 
     def image_for(self, spec: SandboxSpec) -> str:
         return self.images().ensure(self.runner_spec(spec.project), self._progress)
