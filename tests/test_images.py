@@ -41,12 +41,12 @@ def _project(tmp_path: Path, dockerfile: str) -> Path:
 class _NoEngine:
     """An engine on which every image exists and nothing may be built."""
 
-    class images:  # noqa: N801 - the docker SDK's attribute name
+    class images:
         @staticmethod
         def get(ref: str) -> object:
             return type("Image", (), {"id": ref})()
 
-    class api:  # noqa: N801
+    class api:
         @staticmethod
         def build(**kwargs: object) -> object:
             raise AssertionError("nothing may be built")
