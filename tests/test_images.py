@@ -56,7 +56,7 @@ def test_an_untrusted_or_changed_project_layer_is_neither_built_nor_run(tmp_path
     project = _project(tmp_path, "FROM so-runner\nRUN true\n")
     images = Images(_NoEngine())
     spec = RunnerSpec(base="so-base:bookworm", uid=1000, gid=1000, project=project)
-    with pytest.raises(SoError, match="is not trusted.*so trust"):
+    with pytest.raises(SoError, match=r"is not trusted.*so trust"):
         images.ensure(spec, lambda line: None)
     trusted = RunnerSpec(
         base="so-base:bookworm",

@@ -186,7 +186,8 @@ def test_bwrap_tmpfs_are_sized_by_the_disk_limit(tmp_path: Path) -> None:
     script = r"""
 for d in "$HOME" /tmp; do
     head -c 2000000 /dev/zero > "$d/small" && echo "small-ok $d" >> /workspace/disk.txt
-    head -c 40000000 /dev/zero > "$d/big" 2>/dev/null || echo "big-refused $d" >> /workspace/disk.txt
+    head -c 40000000 /dev/zero > "$d/big" 2>/dev/null ||
+        echo "big-refused $d" >> /workspace/disk.txt
     rm -f "$d/big" "$d/small"
 done
 """
@@ -219,9 +220,7 @@ def test_project_docker_layer_needs_trust_and_builds_without_network(
     assert ok.sandbox_dir is not None, ok.stderr
     assert _workspace_file(ok.sandbox_dir, "ran.txt").strip() == "built", ok.stderr
     # A changed build context is untrusted again, and a remote ADD never builds.
-    user.commit(
-        {".so/Dockerfile": "FROM so-runner\nADD http://127.0.0.1:9/x /x\n"}, "remote add"
-    )
+    user.commit({".so/Dockerfile": "FROM so-runner\nADD http://127.0.0.1:9/x /x\n"}, "remote add")
     changed = user.attack("true\n", backend="docker")
     assert changed.returncode != 0 and "changed since you trusted it" in changed.stderr
     assert user.so("trust").returncode == 0
