@@ -80,3 +80,37 @@ def test_context_digest_covers_names_content_and_modes(tmp_path: Path) -> None:
     second = context_digest(ctx)
     (ctx / "b").symlink_to("/etc/passwd")
     assert len({first, second, context_digest(ctx)}) == 3
+
+
+def test_the_project_layer_builds_with_no_network_and_no_credentials(tmp_path: Path) -> None:
+    project = _project(tmp_path, "FROM so-runner\nRUN true\n")
+    seen: dict[str, object] = {}
+
+    class Engine:
+        class images:
+            @staticmethod
+            def get(ref: str) -> object:
+                if ref.startswith("so-project-"):
+                    import docker.errors
+
+                    raise docker.errors.ImageNotFound(ref)
+                return type("Image", (), {"id": ref})()
+
+        class api:
+            @staticmethod
+            def build(**kwargs: object) -> list[dict[str, str]]:
+                import os
+
+                seen.update(kwargs, config=os.environ.get("DOCKER_CONFIG"))
+                return [{"stream": "built"}]
+
+    spec = RunnerSpec(
+        base="b",
+        uid=1000,
+        gid=1000,
+        project=project,
+        trusted_context=context_digest(project / ".so"),
+    )
+    Images(Engine()).ensure(spec, lambda line: None)
+    assert seen["network_mode"] == "none"
+    assert seen["config"] and "so-docker-config-" in str(seen["config"])

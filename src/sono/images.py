@@ -8,6 +8,7 @@ everything that goes into a build, so an image is rebuilt only when one of them 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -213,6 +214,19 @@ class Images:
         dockerfile_name: str = "Dockerfile",
         network: str | None = None,
     ) -> None:
+        with without_credentials():
+            self._stream_build(ctx, tag, args, progress, name=dockerfile_name, network=network)
+
+    def _stream_build(
+        self,
+        ctx: Path,
+        tag: str,
+        args: dict[str, str],
+        progress: Progress,
+        *,
+        name: str,
+        network: str | None,
+    ) -> None:
         stream = self.client.api.build(
             path=str(ctx),
             tag=tag,
@@ -220,7 +234,7 @@ class Images:
             decode=True,
             rm=True,
             forcerm=True,
-            dockerfile=dockerfile_name,
+            dockerfile=name,
             labels={LABEL: "1"},
             network_mode=network,
         )
@@ -287,6 +301,24 @@ class Images:
                 changes=[f"LABEL {LABEL}=base"],
             )
         return tag
+
+
+@contextlib.contextmanager
+def without_credentials() -> Iterator[None]:
+    """The Docker SDK reads ``~/.docker/config.json`` when it builds and would send every
+    registry credential there to the engine with the build; so's builds need none (and a
+    malformed file must not break them): an empty config while it runs."""
+    saved = os.environ.get("DOCKER_CONFIG")
+    with tempfile.TemporaryDirectory(prefix="so-docker-config-") as empty:
+        Path(empty, "config.json").write_text("{}\n")
+        os.environ["DOCKER_CONFIG"] = empty
+        try:
+            yield
+        finally:
+            if saved is None:
+                os.environ.pop("DOCKER_CONFIG", None)
+            else:
+                os.environ["DOCKER_CONFIG"] = saved
 
 
 def _chunks(stream: Any) -> Iterator[dict[str, Any]]:

@@ -221,10 +221,10 @@ def test_project_docker_layer_needs_trust_and_builds_without_network(
     assert _workspace_file(ok.sandbox_dir, "ran.txt").strip() == "built", ok.stderr
     # A changed build context is untrusted again, and a remote ADD never builds.
     user.commit({".so/Dockerfile": "FROM so-runner\nADD http://127.0.0.1:9/x /x\n"}, "remote add")
-    changed = user.attack("true\n", backend="docker")
+    changed = user.attack("true # changed\n", backend="docker")
     assert changed.returncode != 0 and "changed since you trusted it" in changed.stderr
     assert user.so("trust").returncode == 0
-    remote = user.attack("true\n", backend="docker")
+    remote = user.attack("true # remote\n", backend="docker")
     assert remote.returncode != 0 and "fetches from the network" in remote.stderr, remote.stderr
     # RUN has no network: a build step reaching out fails the build.
     user.commit(
@@ -235,5 +235,5 @@ def test_project_docker_layer_needs_trust_and_builds_without_network(
         "a build step that reaches out",
     )
     assert user.so("trust").returncode == 0
-    offline = user.attack("true\n", backend="docker")
+    offline = user.attack("true # offline\n", backend="docker")
     assert offline.returncode != 0 and "building" in offline.stderr, offline.stderr
