@@ -285,22 +285,6 @@ class Secret:
     env: str | None
     file: str | None
     hosts: tuple[str, ...]
-    # The request headers whose values may carry it (lower-case); () = the defaults of
-    # :data:`sono.net.secrets.DEFAULT_HEADERS`.
-    headers: tuple[str, ...] = ()
-
-
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-
-
-def _secret_headers(value: object) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not value:
-        raise ValueError
-    if not all(isinstance(h, str) and _HEADER_NAME.fullmatch(h) for h in value):
-        raise ValueError
-    return tuple(dict.fromkeys(h.lower() for h in value))
 
 
 def _secrets(value: object) -> tuple[Secret, ...]:
@@ -310,7 +294,7 @@ def _secrets(value: object) -> tuple[Secret, ...]:
     for name, spec in value.items():
         if not _SECRET_NAME.fullmatch(name) or not isinstance(spec, dict):
             raise ValueError
-        if set(spec) - {"env", "file", "hosts", "headers"} or ("env" in spec) == ("file" in spec):
+        if set(spec) - {"env", "file", "hosts"} or ("env" in spec) == ("file" in spec):
             raise ValueError
         source = spec.get("env", spec.get("file"))
         if not isinstance(source, str) or not source.strip():
@@ -319,8 +303,7 @@ def _secrets(value: object) -> tuple[Secret, ...]:
         if not hosts:
             raise ValueError
         file = str(Path(source).expanduser()) if "file" in spec else None
-        headers = _secret_headers(spec.get("headers"))
-        out.append(Secret(name, source if "env" in spec else None, file, hosts, headers))
+        out.append(Secret(name, source if "env" in spec else None, file, hosts))
     return tuple(out)
 
 
@@ -501,8 +484,7 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             "secrets",
             (),
             _secrets,
-            'a table of [secrets.NAME] with env = "VAR" or file = "PATH", hosts = [...] '
-            "and optionally headers = [...] (header names)",
+            'a table of [secrets.NAME] with env = "VAR" or file = "PATH", and hosts = [...]',
             {"GH_TOKEN": {"env": "GH_TOKEN", "hosts": ["api.github.com"]}},
             trust=t.subset(),
         ),

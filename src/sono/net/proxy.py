@@ -56,15 +56,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, Self
 from urllib.parse import urlsplit
 
 from sono.net.policy import IPAddress, NetworkPolicy, decide, normalize_host, precheck
-from sono.net.secrets import (
-    BoundSecret,
-    Scrubber,
-    Unbound,
-    bound_to,
-    placeholders_in,
-    substitute,
-    substitute_headers,
-)
+from sono.net.secrets import BoundSecret, Unbound, bound_to, placeholders_in, substitute
 
 if TYPE_CHECKING:
     from sono.net.tls import SessionCA
@@ -79,7 +71,6 @@ IDLE_TIMEOUT_S = 600.0
 CLOSE_GRACE_S = 5.0
 BUFFER = 64 * 1024
 MAX_SUBSTITUTED_BODY = 8 * 1024 * 1024
-MAX_TRAILERS = 32
 # Everything the sandbox sends is hostile input, and these servers run in the host's `so`:
 # at most this many connections are served at once per server (more wait in the kernel's
 # backlog, and beyond it are refused), so a flood cannot use up the process's descriptors.
@@ -392,97 +383,61 @@ async def splice(
 
 
 async def _line(reader: asyncio.StreamReader, idle: float) -> bytes:
-    """One CRLF-terminated line (chunk size or trailer) with no other CR or LF in it."""
+    """One CRLF-terminated line (chunk size or trailer)."""
     try:
-        line = await asyncio.wait_for(reader.readuntil(b"\r\n"), idle)
+        return await asyncio.wait_for(reader.readuntil(b"\r\n"), idle)
     except asyncio.LimitOverrunError:
         raise ConnectionError("chunked framing line too long") from None
-    if b"\n" in line[:-2] or b"\r" in line[:-2]:
-        raise ConnectionError("bare CR or LF in chunked framing")
-    return line
 
 
 def _chunk_size(line: bytes) -> int:
-    """Strict: hex digits and CRLF only. Chunk extensions are refused: servers disagree
-    on where they end, which is how a body smuggles a second request."""
-    size = line[:-2]
+    size = line[:-2].split(b";", 1)[0].strip(b" \t")
     if not _CHUNK_SIZE_RE.fullmatch(size):
-        raise ConnectionError(f"bad chunk size line {size[:20]!r} (no extensions)")
+        raise ConnectionError(f"bad chunk size {size[:20]!r}")
     return int(size, 16)
 
 
-async def _skip_trailers(reader: asyncio.StreamReader, idle: float) -> None:
-    """Read the trailer section after the last chunk and drop it (never forwarded)."""
-    for _ in range(MAX_TRAILERS + 1):
-        if await _line(reader, idle) == b"\r\n":
-            return
-    raise ConnectionError(f"more than {MAX_TRAILERS} trailer lines")
-
-
 async def _copy_exact(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    size: int,
-    idle: float,
-    scrubber: Scrubber | None = None,
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, size: int, idle: float
 ) -> None:
-    """Copy ``size`` bytes, each piece written as soon as it arrives (through
-    ``scrubber`` when given: same length out)."""
+    """Copy ``size`` bytes, each piece written as soon as it arrives."""
     while size > 0:
         data = await asyncio.wait_for(reader.read(min(BUFFER, size)), idle)
         if not data:
             raise ConnectionError("connection closed in the middle of a body")
         size -= len(data)
-        writer.write(scrubber.feed(data) if scrubber else data)
-        await writer.drain()
-    if scrubber:
-        writer.write(scrubber.flush())
+        writer.write(data)
         await writer.drain()
 
 
 async def _copy_chunked(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    idle: float,
-    scrubber: Scrubber | None = None,
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, idle: float
 ) -> None:
-    """Copy a chunked body up to its end, framed anew: the receiver sees only
-    ``SIZE CRLF data CRLF`` chunks and an empty trailer section, whatever the sender
-    wrote (extensions and bare LFs are refused, trailers dropped)."""
-
-    def chunk(data: bytes) -> None:
-        if data:
-            writer.write(b"%x\r\n%s\r\n" % (len(data), data))
-
-    while size := _chunk_size(await _line(reader, idle)):
-        while size > 0:
-            data = await asyncio.wait_for(reader.read(min(BUFFER, size)), idle)
-            if not data:
-                raise ConnectionError("connection closed in the middle of a chunk")
-            size -= len(data)
-            chunk(scrubber.feed(data) if scrubber else data)
-            await writer.drain()
+    """Copy a chunked body verbatim (sizes, data, trailers) up to its end."""
+    while True:
+        line = await _line(reader, idle)
+        writer.write(line)
+        size = _chunk_size(line)
+        if size == 0:
+            break
+        await _copy_exact(reader, writer, size, idle)
         crlf = await asyncio.wait_for(reader.readexactly(2), idle)
         if crlf != b"\r\n":
             raise ConnectionError("chunk not followed by CRLF")
-    await _skip_trailers(reader, idle)
-    if scrubber:
-        chunk(scrubber.flush())
-    writer.write(b"0\r\n\r\n")
+        writer.write(crlf)
+    while True:
+        line = await _line(reader, idle)
+        writer.write(line)
+        if line == b"\r\n":
+            break
     await writer.drain()
 
 
 async def _copy_to_eof(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    idle: float,
-    scrubber: Scrubber | None = None,
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, idle: float
 ) -> None:
     while data := await asyncio.wait_for(reader.read(BUFFER), idle):
-        writer.write(scrubber.feed(data) if scrubber else data)
-        await writer.drain()
-    if scrubber:
-        writer.write(scrubber.flush())
+        writer.write(data)
         await writer.drain()
 
 
@@ -508,7 +463,8 @@ async def _read_body(
         if not parts[-1].endswith(b"\r\n"):
             raise HttpError(400, "chunk not followed by CRLF")
         parts[-1] = parts[-1][:-2]
-    await _skip_trailers(reader, idle)
+    while await _line(reader, idle) != b"\r\n":
+        pass
     return b"".join(parts)
 
 
@@ -752,39 +708,17 @@ class Proxy(UnixServer):
             if bound_to(self.secrets, host):
                 await self._intercept(reader, writer, host, port)
                 return
-            reply = CONNECT_OK
+            reply, first = CONNECT_OK, b""
         else:
-            await self._plain(reader, writer, head, raw)
-            return
+            host, port, first = self._absolute_form(head)
+            self._screen_plain(raw, host, port)
+            reply = b""
         upstream = await self._open(host, port)
         try:
             writer.write(reply)
-            await writer.drain()
-            await splice((reader, writer), upstream, idle=self._idle)
-        finally:
-            await close_writer(upstream[1])
-
-    async def _plain(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: Head, raw: bytes
-    ) -> None:
-        """One plain-HTTP request: its head (checked), its body by its own framing, then
-        the response back until the upstream closes. Nothing more is read from the
-        client: a second request pipelined after the first is never forwarded unchecked."""
-        host, port, first = self._absolute_form(head)
-        self._screen_plain(raw, host, port)
-        chunked, length = body_framing(head)
-        upstream = await self._open(host, port)
-        try:
             upstream[1].write(first)
-            if "100-continue" in head.tokens("expect"):
-                writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                await writer.drain()
-            if chunked:
-                await _copy_chunked(reader, upstream[1], self._idle)
-            elif length:
-                await _copy_exact(reader, upstream[1], length, self._idle)
-            await upstream[1].drain()
-            await _copy_to_eof(upstream[0], writer, self._idle)
+            await asyncio.gather(writer.drain(), upstream[1].drain())
+            await splice((reader, writer), upstream, idle=self._idle)
         finally:
             await close_writer(upstream[1])
 
@@ -805,8 +739,7 @@ class Proxy(UnixServer):
         if not host or "@" in url.netloc:
             raise HttpError(400, "URL must have a host and no credentials")
         self._check_host_header(head, host, port)
-        body_framing(head)  # ambiguous framing is refused before anything is sent
-        drop = HOP_BY_HOP | head.tokens("connection") | {"host", "expect"}
+        drop = HOP_BY_HOP | head.tokens("connection") | {"host"}
         headers = [(k, v) for k, v in head.headers if k.lower() not in drop]
         path = (url.path or "/") + (f"?{url.query}" if url.query else "")
         request = render_head(
@@ -843,7 +776,6 @@ class Proxy(UnixServer):
         name, addresses = await self._check(host, port)
         assert self.ca is not None, "secrets without a CA"
         context = self.ca.server_context(name)
-        context.sni_callback = self._sni_check(name, port)
         writer.write(CONNECT_OK)
         await writer.drain()
         # Clients wait for the 200 before their ClientHello; a handshake failure (the
@@ -874,21 +806,6 @@ class Proxy(UnixServer):
             if upstream is not None:
                 await finish_writer(upstream[1])
 
-    def _sni_check(
-        self, name: str, port: int
-    ) -> Callable[[ssl.SSLObject, str | None, ssl.SSLContext], int | None]:
-        """The TLS server name inside a tunnel to ``name`` must be ``name`` (no fronting
-        another host behind an allowed one); none at all is fine (an IP literal), the
-        ``Host`` of every request is checked too."""
-
-        def check(_obj: ssl.SSLObject, server: str | None, _ctx: ssl.SSLContext) -> int | None:
-            if server is None or normalize_host(server) == name:
-                return None
-            self.denials.add(name, port, f"TLS server name {clip(server, MAX_HOST)!r}")
-            return ssl.ALERT_DESCRIPTION_UNRECOGNIZED_NAME
-
-        return check
-
     async def _inner_request(
         self,
         client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
@@ -904,24 +821,20 @@ class Proxy(UnixServer):
         if method == "CONNECT" or not (target.startswith("/") or target == "*"):
             raise HttpError(400, "inside a tunnel send origin-form requests (/path)")
         self._check_host_header(head, host, port)
-        line = raw.partition(b"\r\n")[0]
+        line, sep, headers_raw = raw.partition(b"\r\n")
         in_line = placeholders_in(line, self.secrets)
         if in_line:
             # A path or query is what servers echo back (resource names, error messages):
             # secrets go into header values only.
             self._deny(host, port, f"secret {in_line[0].name} may be sent in headers only")
         try:
-            substituted = substitute_headers(head.headers, self.secrets, host)
+            head = parse_head(line + sep + substitute(headers_raw, self.secrets, host))
         except Unbound as exc:
             self._deny(host, port, str(exc))
         chunked, length = body_framing(head)
         expect = "100-continue" in head.tokens("expect")
-        # Asked for whole and uncompressed: the response is scrubbed of the values, which
-        # a compressed body or a byte range of an echo would hide.
-        drop = {"proxy-authorization", "proxy-connection", "accept-encoding", "range"}
-        drop |= {"if-range", "te"} | ({"expect"} if expect else set())
-        headers = [(k, v) for k, v in substituted if k.lower() not in drop]
-        headers.append(("Accept-Encoding", "identity"))
+        drop = {"proxy-authorization", "proxy-connection"} | ({"expect"} if expect else set())
+        headers = [(k, v) for k, v in head.headers if k.lower() not in drop]
         if not head.values("host"):
             authority = f"[{host}]" if ":" in host else host
             headers.insert(0, ("Host", authority if port == 443 else f"{authority}:{port}"))
@@ -976,7 +889,6 @@ class Proxy(UnixServer):
     ) -> bool:
         """The response, head and body verbatim, each piece as it arrives."""
         writer, up_reader = client[1], upstream[0]
-        scrubber = Scrubber(self.secrets)  # the upstream may echo what it was sent
         while True:  # interim 1xx heads go to the client as they come
             try:
                 raw = await read_head(up_reader, self._idle, "response")
@@ -986,26 +898,25 @@ class Proxy(UnixServer):
                 raise HttpError(502, "upstream closed the connection without answering")
             head = parse_head(raw, response=True)
             status = int(head.start[1])
-            if status == 101:  # raw bytes from then on: nothing could be scrubbed
-                raise HttpError(502, "protocol upgrades are refused on hosts with secrets")
-            if head.tokens("content-encoding") - {"identity"}:
-                raise HttpError(502, "a compressed response cannot be checked for secrets")
-            writer.write(scrubber.scrub(raw))
+            writer.write(raw)
             await writer.drain()
+            if status == 101:  # an accepted Upgrade (WebSocket): raw bytes from now on
+                await splice(client, upstream, idle=self._idle)
+                return False
             if not 100 <= status < 200:
                 break
         if request.method == "HEAD" or status in (204, 304):
             pass
         elif "chunked" in head.tokens("transfer-encoding"):
-            await _copy_chunked(up_reader, writer, self._idle, scrubber)
+            await _copy_chunked(up_reader, writer, self._idle)
         elif (lengths := {v.strip() for v in head.values("content-length")}) and all(
             v.isdigit() for v in lengths
         ):
             if len(lengths) > 1:
                 raise ConnectionError("upstream sent conflicting Content-Length headers")
-            await _copy_exact(up_reader, writer, int(lengths.pop()), self._idle, scrubber)
-        else:  # ends with the connection
-            await _copy_to_eof(up_reader, writer, self._idle, scrubber)
+            await _copy_exact(up_reader, writer, int(lengths.pop()), self._idle)
+        else:
+            await _copy_to_eof(up_reader, writer, self._idle)  # ends with the connection
             return False
         return request.keep_alive and keeps_alive(head)
 

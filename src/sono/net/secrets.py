@@ -7,19 +7,11 @@ and gives each a random placeholder ``so-secret-NAME-<16 hex>``; the sandbox get
 ``NAME=<placeholder>`` (:func:`sandbox_env`) and never the value.
 
 The egress proxy (:mod:`sono.net.proxy`) terminates TLS for the hosts some secret is
-bound to and runs every request's headers through :func:`substitute_headers`: a
-placeholder of a secret bound to that host, in the *value* of one of the headers the
-secret is bound to (``headers = [...]`` in its config; by default
-:data:`DEFAULT_HEADERS`), becomes the real value. A placeholder anywhere else (a header
-name, another header such as ``Cookie`` or ``Origin`` that servers echo back, the request
-line) or of a secret not bound to the host refuses the request (:class:`Unbound`,
-answered ``403`` and logged). Request bodies pass through untouched unless the proxy is
-built with ``substitute_body=True``.
-
-Whatever the upstream answers, the sandbox never gets a value back: every response head
-and body from an intercepted host goes through a :class:`Scrubber`, which masks each
-value (and its JSON- and URL-escaped forms) with ``*`` of the same length, across chunk
-boundaries.
+bound to and runs every request head through :func:`substitute`: a placeholder of a
+secret bound to that host becomes the real value; a placeholder of any other secret of
+the session refuses the request (:class:`Unbound`, answered ``403`` and logged). Only the
+request line and headers are rewritten: request bodies pass through untouched unless the
+proxy is built with ``substitute_body=True``. Responses are never rewritten.
 """
 
 from __future__ import annotations
@@ -36,9 +28,6 @@ from sono.errors import SoError
 from sono.net.policy import Entry, normalize_host, parse_entry
 
 PLACEHOLDER_PREFIX = "so-secret-"
-# The headers a secret goes into when its config names none: where APIs take a key.
-DEFAULT_HEADERS = ("authorization", "x-api-key")
-MASK = b"*"
 _PRINTABLE = re.compile(r"[\x20-\x7e]+")
 
 
@@ -50,12 +39,10 @@ class BoundSecret:
     value: str = field(repr=False)
     placeholder: str
     hosts: tuple[str, ...]
-    headers: tuple[str, ...] = DEFAULT_HEADERS  # lower-case names
     entries: tuple[Entry, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hosts", tuple(self.hosts))
-        object.__setattr__(self, "headers", tuple(h.lower() for h in self.headers))
         object.__setattr__(self, "entries", tuple(parse_entry(h) for h in self.hosts))
 
     def bound_to(self, host: str) -> bool:
@@ -72,12 +59,10 @@ class BoundSecret:
 
 
 class Unbound(Exception):
-    """A request to ``host`` carries the placeholder of a secret not bound to it (or
-    where the secret may not go: ``where`` says)."""
+    """A request to ``host`` carries the placeholder of a secret not bound to it."""
 
-    def __init__(self, secret: str, host: str, where: str = "") -> None:
-        reason = where or f"is not bound to {host}"
-        super().__init__(f"secret {secret} {reason}")
+    def __init__(self, secret: str, host: str) -> None:
+        super().__init__(f"secret {secret} is not bound to {host}")
         self.secret = secret
         self.host = host
 
@@ -87,11 +72,7 @@ def resolve(secrets: Sequence[Secret], host_env: Mapping[str, str]) -> list[Boun
     placeholder; a missing or unusable value raises :class:`SoError`."""
     return [
         BoundSecret(
-            s.name,
-            _value(s, host_env),
-            f"{PLACEHOLDER_PREFIX}{s.name}-{token_hex(8)}",
-            s.hosts,
-            s.headers or DEFAULT_HEADERS,
+            s.name, _value(s, host_env), f"{PLACEHOLDER_PREFIX}{s.name}-{token_hex(8)}", s.hosts
         )
         for s in secrets
     ]
@@ -125,71 +106,6 @@ def substitute(data: bytes, bound: Sequence[BoundSecret], host: str) -> bytes:
     values = {s.placeholder.encode(): s.value.encode() for s in present}
     pattern = re.compile(b"|".join(re.escape(p) for p in values))
     return pattern.sub(lambda m: values[m.group(0)], data)
-
-
-def substitute_headers(
-    headers: Sequence[tuple[str, str]], bound: Sequence[BoundSecret], host: str
-) -> list[tuple[str, str]]:
-    """``headers`` with each placeholder replaced by its value, only in the value of a
-    header its secret is bound to, for a ``host`` it is bound to. Raises :class:`Unbound`
-    for a placeholder anywhere else: a header name, another header (which a server may
-    echo back: ``Cookie``, ``Origin``, ``X-Request-Id``), or another host."""
-    out: list[tuple[str, str]] = []
-    for name, value in headers:
-        for secret in placeholders_in(name.encode("latin-1"), bound):
-            raise Unbound(secret.name, host, "may not be sent in a header name")
-        present = placeholders_in(value.encode("latin-1"), bound)
-        for secret in present:
-            if not secret.bound_to(host):
-                raise Unbound(secret.name, host)
-            if name.lower() not in secret.headers:
-                allowed = ", ".join(secret.headers)
-                raise Unbound(secret.name, host, f"may be sent only in the headers {allowed}")
-        sent = value
-        for secret in present:
-            sent = sent.replace(secret.placeholder, secret.value)
-        out.append((name, sent))
-    return out
-
-
-def _forms(value: str) -> set[bytes]:
-    """The ways a server may echo ``value`` back: as sent, JSON-escaped, URL-encoded."""
-    import json
-    from urllib.parse import quote, quote_plus
-
-    forms = {value, json.dumps(value)[1:-1], json.dumps(value)[1:-1].replace("/", "\\/")}
-    forms |= {quote(value, safe=""), quote_plus(value, safe="")}
-    return {f.encode() for f in forms if f}
-
-
-class Scrubber:
-    """Masks the secrets' values in a byte stream fed piece by piece: a value split
-    across pieces is still found (the last ``longest - 1`` bytes are held back until the
-    next piece or :meth:`flush`). The output has exactly the input's length."""
-
-    def __init__(self, bound: Sequence[BoundSecret]) -> None:
-        forms = sorted({f for b in bound for f in _forms(b.value)}, key=len, reverse=True)
-        self._pattern = re.compile(b"|".join(re.escape(f) for f in forms)) if forms else None
-        self._keep = max((len(f) for f in forms), default=1) - 1
-        self._tail = b""
-
-    def scrub(self, data: bytes) -> bytes:
-        """``data`` masked at once (a whole message, no holding back)."""
-        if self._pattern is None:
-            return data
-        return self._pattern.sub(lambda m: MASK * len(m.group(0)), data)
-
-    def feed(self, data: bytes) -> bytes:
-        if self._pattern is None:
-            return data
-        buffer = self.scrub(self._tail + data)
-        cut = max(len(buffer) - self._keep, 0)
-        self._tail = buffer[cut:]
-        return buffer[:cut]
-
-    def flush(self) -> bytes:
-        tail, self._tail = self._tail, b""
-        return self.scrub(tail)
 
 
 def _value(secret: Secret, host_env: Mapping[str, str]) -> str:
