@@ -318,3 +318,30 @@ def test_remove_tree_of_a_file_or_nothing(tmp_path: Path) -> None:
     overlay.remove_tree(tmp_path / "f")
     overlay.remove_tree(tmp_path / "missing")
     assert not (tmp_path / "f").exists()
+
+
+def test_strip_setid_clears_the_bits_below_roots_never_through_links(tmp_path: Path) -> None:
+    import stat as st_
+
+    from sono.overlay import strip_setid
+
+    root = tmp_path / "upper"
+    (root / "d").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.write_text("x")
+    outside.chmod(0o4755)
+    (root / "suid").write_text("x")
+    (root / "suid").chmod(0o4755)
+    (root / "d" / "sgid").write_text("x")
+    (root / "d" / "sgid").chmod(0o2711)
+    (root / "plain").write_text("x")
+    (root / "plain").chmod(0o755)
+    (root / "link").symlink_to(outside)
+    (root / "d").chmod(0o300)  # unreadable to its owner: opened to look inside
+    stripped = strip_setid([root, tmp_path / "missing"])
+    assert sorted(p.name for p in stripped) == ["sgid", "suid"]
+    (root / "d").chmod(0o700)
+    assert st_.S_IMODE((root / "suid").stat().st_mode) == 0o755
+    assert st_.S_IMODE((root / "d" / "sgid").stat().st_mode) == 0o711
+    assert st_.S_IMODE((root / "plain").stat().st_mode) == 0o755  # control
+    assert st_.S_IMODE(outside.stat().st_mode) == 0o4755  # never followed

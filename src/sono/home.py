@@ -17,6 +17,16 @@ def home_dir(env: Mapping[str, str] | None = None) -> str:
     return str(platformdirs.user_state_dir("so"))
 
 
+def private_dir(path: str) -> None:
+    """``path`` (and missing parents) as a directory only its owner can enter: created 0700,
+    and an existing one of ours that others could enter or list is tightened to 0700.
+    Sandbox state — the model gateway's socket, upper layers, logs — sits below."""
+    os.makedirs(path, mode=0o700, exist_ok=True)  # noqa: PTH103 - start-up
+    st = os.lstat(path)
+    if st.st_mode & 0o077 and st.st_uid == os.getuid():
+        os.chmod(path, 0o700)  # noqa: PTH101 - start-up
+
+
 def pid_alive(pid: int | None) -> bool:
     if not pid:
         return False

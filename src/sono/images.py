@@ -8,8 +8,10 @@ everything that goes into a build, so an image is rebuilt only when one of them 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -20,6 +22,7 @@ from typing import Any
 
 from sono import proc
 from sono.errors import SoError
+from sono.textsafe import one_line
 
 RUNNER_REPO = "so-runner"
 BOOTSTRAP_REPO = "so-base"
@@ -53,18 +56,58 @@ def dockerfile() -> str:
     return resources.files("sono.runner").joinpath("Dockerfile").read_text()
 
 
+def project_dockerfile(project: Path) -> Path | None:
+    """``<project>/.so/Dockerfile`` when there is one (its directory: the build context)."""
+    path = project / ".so" / "Dockerfile"
+    return path if path.is_file() else None
+
+
 @dataclass(frozen=True)
 class RunnerSpec:
     base: str
     uid: int
     gid: int
     project: Path | None = None  # a project whose .so/Dockerfile is layered on top
+    # The digest of the .so/ build context the user trusted (``so trust``), if any.
+    trusted_context: str | None = None
 
     def project_dockerfile(self) -> Path | None:
-        if self.project is None:
-            return None
-        path = self.project / ".so" / "Dockerfile"
-        return path if path.is_file() else None
+        return None if self.project is None else project_dockerfile(self.project)
+
+
+def remote_sources(dockerfile_text: str) -> list[str]:
+    """The URLs an ``ADD`` of this Dockerfile fetches (the engine itself downloads them,
+    from the host's network, whatever the build's network): plain or JSON form, after
+    line continuations, any scheme (``http://``, ``git@``…)."""
+    escape = "\\"
+    head = dockerfile_text.lstrip().splitlines()[:1]
+    if head and head[0].replace(" ", "").lower() == "#escape=`":
+        escape = "`"
+    joined = re.sub(re.escape(escape) + r"[ \t]*\r?\n", " ", dockerfile_text)
+    found = []
+    for line in joined.splitlines():
+        words = line.split()
+        if not words or words[0].upper() != "ADD":
+            continue
+        for raw in words[1:]:
+            word = raw.strip('[],"')
+            if "://" in word or word.startswith("git@"):
+                found.append(word)
+    return found
+
+
+def _require_trusted(spec: RunnerSpec, dockerfile: Path) -> None:
+    """Refuse a project layer whose build context the user has not trusted as it is."""
+    from sono.trust import context_digest
+
+    digest = context_digest(dockerfile.parent)
+    if spec.trusted_context == digest:
+        return
+    state = "has changed since you trusted it" if spec.trusted_context else "is not trusted"
+    raise SoError(
+        f"the Docker project layer {dockerfile} {state} (its build context {dockerfile.parent} "
+        f"is built on your host's engine); review it, then run `so trust` in {spec.project}"
+    )
 
 
 def content_hash(*parts: bytes | str) -> str:
@@ -135,13 +178,21 @@ class Images:
         if not self.exists(runner):
             self._build_runner(spec, runner, progress)
         project = self.project_tag(spec, runner)
-        if project is None:
+        path = spec.project_dockerfile()
+        if project is None or path is None:
             return runner
+        _require_trusted(spec, path)  # an image built from it earlier is not run either
         if not self.exists(project):
-            path = spec.project_dockerfile()
-            assert path is not None
-            progress(f"building the project image {project} from {path}")
-            self._build(path.parent, project, {}, progress, dockerfile_name=path.name)
+            remote = remote_sources(path.read_text(errors="replace"))
+            if remote:
+                raise SoError(
+                    f"{path}: ADD {one_line(remote[0], 120)} fetches from the network; the "
+                    "project layer builds without one: download it into .so/ and COPY it"
+                )
+            progress(f"building the project image {project} from {path} (no network)")
+            self._build(
+                path.parent, project, {}, progress, dockerfile_name=path.name, network="none"
+            )
         return project
 
     def _build_runner(self, spec: RunnerSpec, tag: str, progress: Progress) -> None:
@@ -159,7 +210,22 @@ class Images:
         tag: str,
         args: dict[str, str],
         progress: Progress,
+        *,
         dockerfile_name: str = "Dockerfile",
+        network: str | None = None,
+    ) -> None:
+        with without_credentials():
+            self._stream_build(ctx, tag, args, progress, name=dockerfile_name, network=network)
+
+    def _stream_build(
+        self,
+        ctx: Path,
+        tag: str,
+        args: dict[str, str],
+        progress: Progress,
+        *,
+        name: str,
+        network: str | None,
     ) -> None:
         stream = self.client.api.build(
             path=str(ctx),
@@ -168,12 +234,15 @@ class Images:
             decode=True,
             rm=True,
             forcerm=True,
-            dockerfile=dockerfile_name,
+            dockerfile=name,
             labels={LABEL: "1"},
+            network_mode=network,
         )
         for chunk in _chunks(stream):
             if "error" in chunk:
-                raise SoError(f"building {tag} failed: {str(chunk['error']).strip()}")
+                raise SoError(
+                    f"building {tag} failed: {one_line(str(chunk['error']).strip(), 500)}"
+                )
             text = str(chunk.get("stream", "")).strip()
             if text:
                 progress(text)
@@ -232,6 +301,24 @@ class Images:
                 changes=[f"LABEL {LABEL}=base"],
             )
         return tag
+
+
+@contextlib.contextmanager
+def without_credentials() -> Iterator[None]:
+    """The Docker SDK reads ``~/.docker/config.json`` when it builds and would send every
+    registry credential there to the engine with the build; so's builds need none (and a
+    malformed file must not break them): an empty config while it runs."""
+    saved = os.environ.get("DOCKER_CONFIG")
+    with tempfile.TemporaryDirectory(prefix="so-docker-config-") as empty:
+        Path(empty, "config.json").write_text("{}\n")
+        os.environ["DOCKER_CONFIG"] = empty
+        try:
+            yield
+        finally:
+            if saved is None:
+                os.environ.pop("DOCKER_CONFIG", None)
+            else:
+                os.environ["DOCKER_CONFIG"] = saved
 
 
 def _chunks(stream: Any) -> Iterator[dict[str, Any]]:

@@ -419,6 +419,79 @@ def _mirror_dir(target: Path, st: os.stat_result) -> None:
     os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
+SETID = stat.S_ISUID | stat.S_ISGID
+
+
+def strip_setid(roots: Iterable[Path]) -> list[Path]:
+    """Clear the setuid and setgid bits of every regular file below ``roots`` (what a
+    sandbox wrote to the host), so no program the agent marked — as root on bwrap a
+    setuid-root one — keeps them on a host path. A directory the agent left unreadable
+    is opened (``u+rx``) to look inside. Called when no agent process is left (after
+    every command in the sandbox, before review); never follows a symlink. Returns the
+    files changed."""
+    stripped: list[Path] = []
+    for root in roots:
+        if root.is_symlink() or not root.is_dir():
+            continue
+        todo = [str(root)]
+        while todo:
+            directory = todo.pop()
+            for entry in _entries(directory):
+                if entry.is_dir(follow_symlinks=False):
+                    todo.append(entry.path)
+                elif (
+                    entry.is_file(follow_symlinks=False)
+                    and _is_setid(entry)
+                    and _chmod_nofollow(Path(entry.path), 0, SETID, dirs=False)
+                ):
+                    stripped.append(Path(entry.path))
+    return stripped
+
+
+def _entries(directory: str) -> list[os.DirEntry[str]]:
+    for attempt in (1, 2):
+        try:
+            with os.scandir(directory) as it:
+                return list(it)
+        except PermissionError:
+            if attempt == 2 or not _chmod_nofollow(
+                Path(directory), stat.S_IRUSR | stat.S_IXUSR, 0, dirs=True
+            ):
+                break
+        except OSError:
+            break
+    return []
+
+
+def _is_setid(entry: os.DirEntry[str]) -> bool:
+    try:
+        return bool(entry.stat(follow_symlinks=False).st_mode & SETID)
+    except OSError:
+        return False
+
+
+def _chmod_nofollow(path: Path, add: int, remove: int, *, dirs: bool) -> bool:
+    """Change ``path``'s mode through an ``O_PATH`` descriptor (no symlink followed, no
+    name looked up twice); False when it is gone, not of the kind, or unchanged."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not (stat.S_ISDIR(st.st_mode) if dirs else stat.S_ISREG(st.st_mode)):
+            return False
+        mode = (stat.S_IMODE(st.st_mode) | add) & ~remove
+        if mode == stat.S_IMODE(st.st_mode):
+            return False
+        os.chmod(f"/proc/self/fd/{fd}", mode)  # noqa: PTH101 - through the descriptor
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def remove_tree(path: Path) -> None:
     """Delete ``path`` whatever a sandbox left in it: any depth, directories without
     permissions (overlayfs' work dirs, an agent's ``chmod 000``), symlinks and their loops

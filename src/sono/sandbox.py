@@ -120,7 +120,9 @@ class Sandbox:
     def fix_drift(self) -> Drift:
         """Undo what the host changed under a copy-on-write workspace since the snapshot:
         tracked files come back from the base commit, new files are hidden, ignored ones
-        are reported. A copy has no drift by construction."""
+        are reported. A copy has no drift by construction. First, as at every review,
+        no file the sandbox wrote keeps a setuid or setgid bit."""
+        overlay.strip_setid(self.spec.agent_writable)
         ov = self.overlay
         if ov is None:
             return Drift()
@@ -293,8 +295,7 @@ def create_sandbox(
     if why and notice:
         notice(why)
     sandbox_id = new_id(store, host.root.name)
-    root = store.dir(sandbox_id)
-    root.mkdir(parents=True)
+    root = store.make_dir(sandbox_id)
     with removed_on_failure(root):
         work = root / "work"
         objects = reachable_objects(store.home / "objects", host.root, host.head)

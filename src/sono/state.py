@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sono.errors import SoError
-from sono.home import home_dir, pid_alive
+from sono.home import home_dir, pid_alive, private_dir
 
 RUNNING = "running"
 CREATED = "created"
@@ -179,11 +179,24 @@ class Store:
     def dir(self, sandbox_id: str) -> Path:
         return self.root / sandbox_id
 
+    def make_dir(self, sandbox_id: str) -> Path:
+        """A new sandbox's dir, which must not exist yet; it, ``sandboxes/`` and (when so
+        makes it) ``SO_HOME`` are 0700: no other user reaches what lies below."""
+        if not self.home.exists():
+            private_dir(str(self.home))
+        private_dir(str(self.root))
+        path = self.dir(sandbox_id)
+        path.mkdir(mode=0o700)
+        path.chmod(0o700)  # whatever the umask
+        return path
+
     def iteration_dir(self, sandbox_id: str, n: int) -> Path:
         return self.dir(sandbox_id) / "iterations" / str(n)
 
     def save(self, record: SandboxRecord) -> SandboxRecord:
         record = dataclasses.replace(record, updated=now_iso())
+        private_dir(str(self.root))  # sandboxes made before were 0755
+        private_dir(str(self.dir(record.id)))
         write_json_atomic(self.dir(record.id) / "sandbox.json", record.to_json())
         return record
 

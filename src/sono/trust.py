@@ -16,7 +16,10 @@ on your host nor loosen the policy the layers below it (the defaults and your ow
   limits and budgets, ``enforce = "strict"``. A looser value needs trust.
 
 The user trusts one exact content: ``so trust`` records the file's sha256 for the project
-path in ``$SO_HOME/trust.json`` (outside every sandbox). Any change of the file — a merge,
+path in ``$SO_HOME/trust.json`` (outside every sandbox) — and, when the project has a
+``.so/Dockerfile`` (the Docker backend's project layer, built on the host's engine), the
+sha256 of that build context (:func:`context_digest`: every file of ``.so/``), without
+which the layer is neither built nor run. Any change of the file — a merge,
 an edit — makes it untrusted again; a trusted file applies whole. The user file, the
 environment and flags are always trusted. Nothing here prints.
 """
@@ -208,6 +211,24 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def context_digest(directory: Path) -> str:
+    """The sha256 of a build context: every entry below ``directory``, by relative path,
+    with its content (a symlink: its target, never followed) and executable bit."""
+    sha = hashlib.sha256()
+    for path in sorted(directory.rglob("*")):
+        rel = str(path.relative_to(directory)).encode("utf-8", "surrogateescape")
+        if path.is_symlink():
+            kind, data = b"l", str(path.readlink()).encode("utf-8", "surrogateescape")
+        elif path.is_file():
+            kind = b"x" if path.stat().st_mode & 0o111 else b"f"
+            data = path.read_bytes()
+        else:
+            kind, data = b"d", b""
+        for part in (kind, rel, data):
+            sha.update(len(part).to_bytes(8, "big") + part)
+    return sha.hexdigest()
+
+
 @dataclass(frozen=True)
 class TrustStore:
     """``{project path: sha256 of its .so/config.toml}`` that the user trusted, in one
@@ -226,14 +247,29 @@ class TrustStore:
         value = entry.get("sha256") if isinstance(entry, dict) else None
         return value if isinstance(value, str) else None
 
+    def trusted_context(self, project: Path) -> str | None:
+        """The :func:`context_digest` of the ``.so/`` Docker build context trusted."""
+        entry = self._entries().get(_key(project))
+        value = entry.get("context_sha256") if isinstance(entry, dict) else None
+        return value if isinstance(value, str) else None
+
     def is_trusted(self, project: Path, sha256: str) -> bool:
         return self.trusted_digest(project) == sha256
 
-    def trust(self, project: Path, sha256: str, *, file: Path) -> None:
+    def trust(
+        self, project: Path, sha256: str | None, *, file: Path, context: str | None = None
+    ) -> None:
+        """Trust the project file's ``sha256`` and the Docker build ``context`` digest
+        (each None when the project has none): exactly these, nothing earlier."""
         from sono.state import now_iso
 
         entries = self._entries()
-        entries[_key(project)] = {"sha256": sha256, "file": str(file), "trusted_at": now_iso()}
+        entry: dict[str, str] = {"file": str(file), "trusted_at": now_iso()}
+        if sha256 is not None:
+            entry["sha256"] = sha256
+        if context is not None:
+            entry["context_sha256"] = context
+        entries[_key(project)] = entry
         self._write(entries)
 
     def revoke(self, project: Path) -> bool:

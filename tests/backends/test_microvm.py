@@ -227,8 +227,8 @@ def test_create_maps_the_spec_onto_one_detached_vm(tmp_path: Path) -> None:
     assert not any(".ssh" in str(m.bind) or "docker.sock" in str(m.bind) for m in volumes.values())
     sock = spec.net.socket_dir if spec.net else Path()
     assert kw["vsock"] == [
-        VsockRoute.stream(str(sock / "gateway.sock"), 3129),
-        VsockRoute.stream(str(sock / "proxy.sock"), 3128),
+        VsockRoute.stream(str(sock / "p" / "gateway.sock"), 3129),
+        VsockRoute.stream(str(sock / "p" / "proxy.sock"), 3128),
     ]
     # No interface out: so's proxy and gateway are the way out, as on bwrap and Docker.
     assert kw["network"] == Network.none()
@@ -528,7 +528,7 @@ def test_native_mode_hands_policy_and_secrets_to_microsandbox(
     assert entry.env_var == "GH_TOKEN" and entry.allow == ("api.github.com",)
     assert entry.placeholder.startswith("so-secret-GH_TOKEN-")
     sock = spec.net.socket_dir if spec.net else Path()
-    assert kw["vsock"] == [VsockRoute.stream(str(sock / "gateway.sock"), 3129)]  # no proxy
+    assert kw["vsock"] == [VsockRoute.stream(str(sock / "p" / "gateway.sock"), 3129)]  # no proxy
     (spawned,) = [c[1] for c in api.calls if c[0] == "spawn"]
     assert spawned[1][3:] == [FORWARD_READY, "3129=3129"]
     assert "ghp_real" not in config_key(kw)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,12 @@ import pytest
 from sono.net.policy import NetworkPolicy
 from sono.net.session import (
     GATEWAY_SOCK,
+    INSIDE_DIR,
     PLACEHOLDER,
     PROXY_SOCK,
+    SOCKETS,
     NetSession,
+    forwarder_argv,
     gateway_for,
     proxy_env,
 )
@@ -90,10 +94,10 @@ def test_session_serves_both_sockets_and_reports_per_iteration(
     net_dir = tmp_path / ("x" * 60) / "net"
     session = NetSession(net_dir, NetworkPolicy(mode="allowlist"), gateway_for({}).routes)
     with session:
-        assert _connects(net_dir / "sock" / PROXY_SOCK)
-        assert _connects(net_dir / "sock" / GATEWAY_SOCK)
+        assert _connects(net_dir / "sock" / SOCKETS / PROXY_SOCK)
+        assert _connects(net_dir / "sock" / SOCKETS / GATEWAY_SOCK)
         start = session.offsets()
-        os.chdir(net_dir / "sock")
+        os.chdir(net_dir / "sock" / SOCKETS)
         with socket.socket(socket.AF_UNIX) as s:
             s.connect(PROXY_SOCK)
             s.sendall(b"CONNECT denied.example:443 HTTP/1.1\r\nHost: denied.example:443\r\n\r\n")
@@ -101,15 +105,15 @@ def test_session_serves_both_sockets_and_reports_per_iteration(
         log = session.since(start)
         assert [(d["host"], d["port"]) for d in log.denied] == [("denied.example", 443)]
         assert session.since(session.offsets()).denied == []
-    assert not _connects(net_dir / "sock" / PROXY_SOCK)
+    assert not _connects(net_dir / "sock" / SOCKETS / PROXY_SOCK)
     assert (net_dir / "denied.jsonl").is_file()
     assert not (net_dir / "sock" / "denied.jsonl").exists()  # logs stay out of the sandbox
 
 
 def test_mode_none_serves_only_the_gateway(tmp_path: Path) -> None:
     with NetSession(tmp_path / "net", NetworkPolicy(mode="none"), gateway_for({}).routes):
-        assert _connects(tmp_path / "net" / "sock" / GATEWAY_SOCK)
-        assert not (tmp_path / "net" / "sock" / PROXY_SOCK).exists()
+        assert _connects(tmp_path / "net" / "sock" / SOCKETS / GATEWAY_SOCK)
+        assert not (tmp_path / "net" / "sock" / SOCKETS / PROXY_SOCK).exists()
 
 
 def test_since_keeps_distinct_denials_with_counts_in_bounded_memory(tmp_path: Path) -> None:
@@ -135,3 +139,27 @@ def test_since_keeps_distinct_denials_with_counts_in_bounded_memory(tmp_path: Pa
     assert sum(d["count"] for d in log.denied) == 400
     assert (log.requests, log.tokens_in, log.tokens_out) == (1000, 3000, 2000)
     assert len(json.dumps(log.denied)) < 20_000
+
+
+def test_sockets_are_the_users_alone(tmp_path: Path) -> None:
+    """0600 sockets in a 0700 dir of the user's; the bound dir keeps only CA files."""
+    net_dir = tmp_path / "net"
+    (net_dir / "sock").mkdir(parents=True)
+    (net_dir / "sock").chmod(0o711)  # as sandboxes made before kept it
+    with NetSession(net_dir, NetworkPolicy(mode="allowlist"), gateway_for({}).routes):
+        private = net_dir / "sock" / SOCKETS
+        assert stat.S_IMODE(private.stat().st_mode) == 0o700
+        assert private.stat().st_uid == os.getuid()
+        for name in (PROXY_SOCK, GATEWAY_SOCK):
+            mode = (private / name).stat().st_mode
+            assert stat.S_ISSOCK(mode)
+            assert stat.S_IMODE(mode) == 0o600
+        assert stat.S_IMODE((net_dir / "sock").stat().st_mode) == 0o755
+        assert sorted(p.name for p in (net_dir / "sock").iterdir()) == [SOCKETS]
+
+
+def test_forwarder_argv_connects_through_the_private_dir() -> None:
+    argv = forwarder_argv(euid=1234)
+    assert argv[argv.index("--euid") + 1] == "1234"
+    assert f"{INSIDE_DIR}/{SOCKETS}/{PROXY_SOCK}" in argv[-2]
+    assert "--euid" not in forwarder_argv()

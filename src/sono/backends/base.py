@@ -60,6 +60,14 @@ class SandboxSpec:
         layer or copy, its git objects, its iteration logs — the sandbox's state dir."""
         return self.home_seed.parent
 
+    @property
+    def agent_writable(self) -> tuple[Path, ...]:
+        """The host paths the agent writes through: its upper layer and git dir (or its
+        copy) and the writable extra mounts (``files.rw``) — never the overlay's lower
+        layer, whose files are the project's own (hard links)."""
+        own = (self.overlay.upper, self.overlay.gitdir) if self.overlay else (self.workspace,)
+        return (*own, *(m.src for m in self.mounts if m.writable))
+
 
 @dataclass(frozen=True)
 class Health:

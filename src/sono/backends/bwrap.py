@@ -40,7 +40,7 @@ from sono.limits import (
     rlimit_prefix,
 )
 from sono.net.session import FORWARDER_INSIDE, INSIDE_DIR, forwarder_argv, proxy_env
-from sono.overlay import remove_tree, static_obstacle
+from sono.overlay import remove_tree, static_obstacle, strip_setid
 
 log = logging.getLogger("sono.backends.bwrap")
 
@@ -419,8 +419,12 @@ class BwrapBackend:
             self.binary(), new_session=new_session, hostname=f"so-{spec.id}", forward=forward
         )
         options = bwrap_options(spec, env, opts, etc_dir=self._etc_dir(spec))
-        with launch(opts.bwrap, options, sandbox_command(argv), _seccomp()) as started:
-            yield started
+        try:
+            with launch(opts.bwrap, options, sandbox_command(argv), _seccomp()) as started:
+                yield started
+        finally:
+            # The pid namespace died with bwrap: nothing of the agent's is left to race.
+            strip_setid(spec.agent_writable)
 
     def exec(
         self,

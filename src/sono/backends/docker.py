@@ -42,7 +42,8 @@ from sono.limits import (
     plan_docker,
 )
 from sono.net.session import FORWARDER_INSIDE, INSIDE_DIR, forwarder_argv, proxy_env
-from sono.overlay import static_obstacle
+from sono.overlay import static_obstacle, strip_setid
+from sono.trust import TrustStore
 
 LABEL = "so.sandbox"
 MOUNTS_LABEL = "so.mounts"
@@ -102,7 +103,12 @@ def container_config(spec: SandboxSpec, image: str, *, gpus: bool) -> dict[str, 
         mounts = [Mount(target=spec.mount_point, source=str(spec.workspace), type="bind")]
     else:
         # A local volume of type overlay: the engine mounts project + upper layer for us.
-        options = {"type": "overlay", "device": "overlay", "o": ov.mount_options()}
+        # nosuid: what the agent marks setuid means nothing inside either.
+        options = {
+            "type": "overlay",
+            "device": "overlay",
+            "o": f"{ov.mount_options()},nosuid,nodev",
+        }
         mounts = [
             Mount(
                 target=spec.mount_point,
@@ -168,6 +174,14 @@ def supervised(uid: int, gid: int, token: str, cwd: str, argv: Sequence[str]) ->
     """``argv`` run as ``uid:gid`` in ``cwd`` under a root parent that kills whatever it
     leaves behind (an exec as ``0:0``, from ``/``)."""
     return [*PYTHON, SUPERVISE, "run", str(uid), str(gid), token, cwd, *argv]
+
+
+def forwarder_euid(host_uid: int | None = None) -> int | None:
+    """The uid the forwarder (root in the container) connects to the sockets with: their
+    owner, so's own uid — none when that is root, which owns them already. Root in the
+    container has no ``DAC_OVERRIDE``: a 0600 socket of another uid is closed to it."""
+    uid = os.getuid() if host_uid is None else host_uid
+    return None if uid == 0 else uid
 
 
 def reaper(token: str | None = None) -> list[str]:
@@ -289,7 +303,11 @@ class DockerBackend:
 
     def runner_spec(self, project: Path | None = None) -> RunnerSpec:
         base = self._base or self.images().default_base()
-        return RunnerSpec(base=base, uid=self.uid, gid=self.gid, project=project or self._project)
+        project = project or self._project
+        trusted = TrustStore.default(os.environ).trusted_context(project) if project else None
+        return RunnerSpec(
+            base=base, uid=self.uid, gid=self.gid, project=project, trusted_context=trusted
+        )
 
     def image_for(self, spec: SandboxSpec) -> str:
         return self.images().ensure(self.runner_spec(spec.project), self._progress)
@@ -340,7 +358,7 @@ class DockerBackend:
         if spec.net is None or spec.id in self._forwarding:
             return
         result = container.exec_run(
-            ["sh", "-c", FORWARDER_START, FORWARDER_READY, *forwarder_argv()],
+            ["sh", "-c", FORWARDER_START, FORWARDER_READY, *forwarder_argv(euid=forwarder_euid())],
             user="0:0",
         )
         if result.exit_code != 0:
@@ -417,6 +435,8 @@ class DockerBackend:
         except BaseException:
             self._reap(container, token)
             raise
+        finally:
+            strip_setid(spec.agent_writable)  # the supervisor reaped what the run left
 
     def _reap(self, container: Any, token: str | None = None) -> None:
         """End what so's commands left behind (daemons, ``setsid`` or ``env -i`` children,
@@ -505,7 +525,10 @@ class DockerBackend:
             environment=exec_env(spec, env or {}),
             workdir="/",
         )
-        out, err = api.exec_start(exec_id, demux=True)
+        try:
+            out, err = api.exec_start(exec_id, demux=True)
+        finally:
+            strip_setid(spec.agent_writable)
         code = api.exec_inspect(exec_id).get("ExitCode")
         done = proc.Completed(
             tuple(argv),
@@ -534,6 +557,7 @@ class DockerBackend:
             )
         finally:
             self._reap(container)  # what the shell left running ends with it
+            strip_setid(spec.agent_writable)
 
     def _attach(
         self,

@@ -47,7 +47,14 @@ from sono.errors import SoError
 from sono.kvm import RuntimeFinder, Support, boot_support, find_runtime
 from sono.limits import DiskWatch, Enforcement, Guard, Limits, _disk, _value
 from sono.net.policy import METADATA_HOSTS, NetworkPolicy, parse_entry
-from sono.net.session import GATEWAY_PORT, GATEWAY_SOCK, INSIDE_DIR, PROXY_PORT, PROXY_SOCK
+from sono.net.session import (
+    GATEWAY_PORT,
+    GATEWAY_SOCK,
+    INSIDE_DIR,
+    PROXY_PORT,
+    PROXY_SOCK,
+    socket_path,
+)
 from sono.net.session import proxy_env as _proxy_env
 
 if TYPE_CHECKING:
@@ -496,9 +503,13 @@ def create_kwargs(
     vsock: list[VsockRoute] = []
     if spec.net is not None:
         volumes[INSIDE_DIR] = bind(spec.net.socket_dir, readonly=True)  # the session CA
-        vsock.append(VsockRoute.stream(str(spec.net.socket_dir / GATEWAY_SOCK), GATEWAY_PORT))
+        vsock.append(
+            VsockRoute.stream(str(socket_path(spec.net.socket_dir, GATEWAY_SOCK)), GATEWAY_PORT)
+        )
         if native is None:
-            vsock.append(VsockRoute.stream(str(spec.net.socket_dir / PROXY_SOCK), PROXY_PORT))
+            vsock.append(
+                VsockRoute.stream(str(socket_path(spec.net.socket_dir, PROXY_SOCK)), PROXY_PORT)
+            )
             network = Network.none()  # no interface out: the proxy is the only way
         else:
             network = native
@@ -933,7 +944,7 @@ class MicrovmBackend:
         layout = VmLayout(self.image_for(spec), home)
         if spec.net is not None:
             for sock in (GATEWAY_SOCK, PROXY_SOCK):
-                path = spec.net.socket_dir / sock
+                path = socket_path(spec.net.socket_dir, sock)
                 if len(str(path)) > SOCKET_PATH_MAX:
                     raise SoError(
                         f"the sandbox's socket path {path} is longer than a Unix socket "

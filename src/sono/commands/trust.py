@@ -1,4 +1,5 @@
-"""so trust [--show | --revoke]: trust this exact content of the project's .so/config.toml.
+"""so trust [--show | --revoke]: trust this exact content of the project's .so/config.toml
+(and of its .so/Dockerfile build context, when it has one).
 
 A project file may always set the keys that are safe in it; the keys that run on your host
 or widen the sandbox policy apply only once you reviewed the file and ran ``so trust``.
@@ -14,8 +15,9 @@ from sono.commands import _common as c
 from sono.config import ProjectFile, inspect_project, project_config_path
 from sono.errors import SoError
 from sono.harnesses import HARNESSES
+from sono.images import project_dockerfile
 from sono.textsafe import one_line
-from sono.trust import TrustStore
+from sono.trust import TrustStore, context_digest
 from sono.workspace import inspect_host
 
 
@@ -33,12 +35,22 @@ def run(args: argparse.Namespace) -> int:
     )
     if getattr(args, "show", False):
         return _show(pf, project)
-    if pf is None:
+    dockerfile = project_dockerfile(project)
+    if pf is None and dockerfile is None:
         raise SoError(f"{project_config_path(project)} does not exist: there is nothing to trust")
-    store.trust(project, pf.sha256, file=pf.path)
-    print(f"so: trusted {pf.path} (sha256 {pf.sha256[:16]}); it applies until it changes")
-    for finding in pf.findings:
-        print(f"  now applies: {one_line(finding.describe(), 300)}")
+    context = context_digest(dockerfile.parent) if dockerfile is not None else None
+    file = pf.path if pf is not None else dockerfile
+    assert file is not None
+    store.trust(project, pf.sha256 if pf else None, file=file, context=context)
+    if pf is not None:
+        print(f"so: trusted {pf.path} (sha256 {pf.sha256[:16]}); it applies until it changes")
+        for finding in pf.findings:
+            print(f"  now applies: {one_line(finding.describe(), 300)}")
+    if dockerfile is not None and context is not None:
+        print(
+            f"so: trusted the Docker project layer {dockerfile} (every file of "
+            f"{dockerfile.parent}, sha256 {context[:16]}); it is built until one changes"
+        )
     return 0
 
 

@@ -8,6 +8,8 @@ passed on; a reset on either end closes both). Once every port listens it prints
 ``listening HOST:PORT=SOCKET`` line per mapping (the real port when 0 was asked for) and
 then ``ready``; ``--ready PATH`` also writes those lines to PATH (atomically). It exits on
 SIGTERM/SIGINT, and when stdin reaches EOF unless ``--ignore-stdin`` is given.
+``--euid UID`` (started as root): once ready, connect to the sockets as UID, their owner,
+while the real and saved uid stay 0, so processes of that uid cannot signal or trace it.
 
 Standalone on purpose: stdlib only, Python 3.9+, no imports from ``sono`` (the file is
 mounted read-only into sandboxes whose Python may be old). It runs in every sandbox, so it
@@ -41,7 +43,7 @@ RETRY_S = 0.01  # ... this often
 ACCEPT_PAUSE_S = 0.1  # how long a listener rests when accept fails
 AGAIN = (errno.EAGAIN, errno.EINPROGRESS, errno.EALREADY, errno.EINTR)
 IN, OUT = select.POLLIN, select.POLLOUT
-USAGE = """usage: forward.py [-h] [--ready PATH] [--ignore-stdin]
+USAGE = """usage: forward.py [-h] [--ready PATH] [--ignore-stdin] [--euid UID]
                   HOST:PORT=SOCKET [HOST:PORT=SOCKET ...]
 """
 HELP = """
@@ -53,7 +55,8 @@ positional arguments:
 options:
   -h, --help        show this help message and exit
   --ready PATH      also write the ready lines here
-  --ignore-stdin    do not exit on stdin EOF"""
+  --ignore-stdin    do not exit on stdin EOF
+  --euid UID        once ready, connect as UID (real and saved uid kept)"""
 
 poll = select.poll()
 listeners: dict[int, tuple[_socket.socket, str]] = {}  # fd → (socket, Unix socket path)
@@ -250,9 +253,19 @@ def on_signal(signum: int, frame: object) -> None:
     raise Stop
 
 
+def split_euid(argv: list[str]) -> tuple[int | None, list[str]]:
+    """``--euid UID`` (first, if given) and the other arguments."""
+    if argv[:1] != ["--euid"]:
+        return None, argv
+    if len(argv) < 2 or not argv[1].isdigit():
+        raise UsageError("argument --euid: expected a uid")
+    return int(argv[1]), argv[2:]
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
-        mappings, ready, ignore_stdin = parse_args(sys.argv[1:] if argv is None else argv)
+        euid, argv = split_euid(sys.argv[1:] if argv is None else argv)
+        mappings, ready, ignore_stdin = parse_args(argv)
     except UsageError as exc:
         sys.stderr.write(f"{USAGE}forward.py: error: {exc}\n")
         return 2
@@ -278,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
             with open(ready + ".tmp", "w") as file:  # noqa: PTH123 (pathlib: slow to import)
                 file.write(text)
             posix.replace(ready + ".tmp", ready)
+        if euid is not None:
+            posix.setresuid(-1, euid, -1)
         print(text, end="", flush=True)
         if not ignore_stdin:
             poll.register(0, IN)

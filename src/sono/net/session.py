@@ -1,8 +1,8 @@
 """One sandbox's network for the length of a run.
 
 The sandbox has no network interface but loopback. Two host-side servers listen on Unix
-sockets in ``$SO_HOME/sandboxes/<id>/net/sock/``, a directory bound into the sandbox at
-``/run/so/net``; a small forwarder inside (:mod:`sono.net.forward`) exposes them as
+sockets in ``$SO_HOME/sandboxes/<id>/net/sock/p/`` (``sock/`` is bound into the
+sandbox at ``/run/so/net``); a small forwarder inside (:mod:`sono.net.forward`) exposes them as
 
 * ``127.0.0.1:3128`` — the egress proxy (``HTTP(S)_PROXY``), which allows only what the
   policy allows and logs every denial to ``net/denied.jsonl``;
@@ -11,6 +11,12 @@ sockets in ``$SO_HOME/sandboxes/<id>/net/sock/``, a directory bound into the san
   usage per request to ``net/usage.jsonl``.
 
 The logs live next to ``sock/``, never inside it: the agent cannot read or forge them.
+
+Only the user reaches the sockets: each is mode 0600 in ``p/`` (0700), owned by the
+user, below the sandbox's dir and ``$SO_HOME/sandboxes`` (both 0700). Inside, bwrap maps
+the agent to the user's uid; on Docker the forwarder runs as root in the container and,
+when so is not root on the host, connects with the user's uid as its effective uid
+(``--euid``; its real uid stays root, so the agent cannot signal it).
 
 Secrets (``[secrets.NAME]``, :mod:`sono.net.secrets`) reach the sandbox as placeholders
 (``NAME=so-secret-NAME-…``); the proxy swaps them for the real values on HTTPS requests to
@@ -47,6 +53,7 @@ PROXY_PORT = 3128
 GATEWAY_PORT = 3129
 INSIDE_DIR = "/run/so/net"
 FORWARDER_INSIDE = "/run/so/forward.py"
+SOCKETS = "p"  # the sockets' own directory (private, 0700), under the bound one; short: sun_path
 PROXY_SOCK = "proxy.sock"
 GATEWAY_SOCK = "gateway.sock"
 PLACEHOLDER = "so-placeholder-the-gateway-adds-the-real-key"
@@ -67,14 +74,22 @@ def forwarder_path() -> Path:
     return Path(str(resources.files("sono.net").joinpath("forward.py")))
 
 
-def forwarder_argv(python: str = "python3") -> list[str]:
-    inside = f"{INSIDE_DIR}/"
+def socket_path(bound_dir: Path, name: str) -> Path:
+    """Where socket ``name`` is on the host, ``bound_dir`` being the one bound inside."""
+    return bound_dir / SOCKETS / name
+
+
+def forwarder_argv(python: str = "python3", *, euid: int | None = None) -> list[str]:
+    """The forwarder's command line inside; ``euid``: started as root, it connects as
+    that uid (the sockets' owner)."""
+    inside = f"{INSIDE_DIR}/{SOCKETS}/"
     return [
         python,
         "-S",  # no site, no environment, no user dir: start-up time, and no
         "-E",  # PYTHON* variables of the agent's choosing
         "-s",
         FORWARDER_INSIDE,
+        *(("--euid", str(euid)) if euid is not None else ()),
         "--ignore-stdin",
         f"127.0.0.1:{PROXY_PORT}={inside}{PROXY_SOCK}",
         f"127.0.0.1:{GATEWAY_PORT}={inside}{GATEWAY_SOCK}",
@@ -167,7 +182,8 @@ class NetSession:
         secrets: Sequence[BoundSecret] = (),
     ) -> None:
         self.dir = net_dir
-        self.sock_dir = net_dir / "sock"
+        self.sock_dir = net_dir / "sock"  # bound inside: the CA files, and p/
+        self.private_dir = self.sock_dir / SOCKETS
         self.denied_log = net_dir / "denied.jsonl"
         self.usage_log = net_dir / "usage.jsonl"
         self.policy = policy
@@ -183,11 +199,14 @@ class NetSession:
         self.stop()
 
     def start(self) -> None:
-        self.sock_dir.mkdir(parents=True, exist_ok=True)
-        # The sandbox user (another uid under Docker) must reach the sockets; the names
-        # below are known, so the directory is the only thing protecting them: 0711.
-        self.sock_dir.chmod(0o711)
-        with _short_dir(self.sock_dir) as short:
+        self.sock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.sock_dir.chmod(0o755)  # the CA certificates: for the agent whatever its uid
+        # The sockets: the user's alone (the agent reaches them as the user, see above).
+        self.private_dir.mkdir(mode=0o700, exist_ok=True)
+        if self.private_dir.is_symlink() or not self.private_dir.is_dir():
+            raise OSError(f"{self.private_dir} is not a directory")
+        self.private_dir.chmod(0o700)
+        with _short_dir(self.private_dir) as short:
             if not _serving(short / GATEWAY_SOCK):  # one so process serves a sandbox
                 self._threads.append(
                     GatewayThread(self.routes, short / GATEWAY_SOCK, self.usage_log).start()
@@ -195,10 +214,13 @@ class NetSession:
             if self.policy.mode != "none" and not _serving(short / PROXY_SOCK):
                 self._threads.append(self._proxy(short / PROXY_SOCK).start())
         for name in (GATEWAY_SOCK, PROXY_SOCK):
-            path = self.sock_dir / name
+            if _is_socket(self.sock_dir / name):  # where sockets were before p/
+                with contextlib.suppress(OSError):
+                    (self.sock_dir / name).unlink()
+            path = self.private_dir / name
             if _is_socket(path):  # never through a link (the dir is read-only inside)
                 with contextlib.suppress(FileNotFoundError):
-                    path.chmod(0o666)
+                    path.chmod(0o600)
 
     def _proxy(self, socket_path: Path) -> ProxyThread:
         """The proxy thread; with secrets, a fresh CA whose certificate (never its key)
