@@ -222,8 +222,8 @@ def test_a_symlinked_project_config_is_refused(tmp_path: Path, backend: str) -> 
 
 
 def test_plan_does_not_run_an_untrusted_agent_cmd_on_the_host(tmp_path: Path) -> None:
-    """``so plan`` runs the harness on the host, on a terminal: ``agent_cmd`` from the
-    project must not run there until trusted (host-only: no backend involved)."""
+    """``so plan`` runs the harness on a terminal: ``agent_cmd`` from the project must not
+    run until trusted (the sandbox it runs in is no reason to run an untrusted command)."""
     user = make_user(tmp_path)
     marker = tmp_path / "PWNED-plan"
     command = f"sh -c 'touch {marker}'"
@@ -234,6 +234,9 @@ def test_plan_does_not_run_an_untrusted_agent_cmd_on_the_host(tmp_path: Path) ->
     assert "not starting the planning agent" not in text  # an error, not a skipped step
     assert not marker.exists()
 
-    assert user.so("trust").returncode == 0  # control: trusted, plan runs it
+    # Control: trusted, plan runs it (inside the sandbox: its trace comes back via specs/).
+    command = "sh -c 'echo ran > /workspace/specs/trusted.md'"
+    user.commit({".so/config.toml": f'harness = "custom"\nagent_cmd = {json.dumps(command)}\n'})
+    assert user.so("trust").returncode == 0
     run_in_pty([SO, "plan"], env=user.env, cwd=user.project, timeout=60)
-    assert marker.exists()
+    assert (user.project / "specs" / "trusted.md").read_text() == "ran\n"

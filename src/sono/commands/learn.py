@@ -1,4 +1,5 @@
-"""so learn: an interactive teaching session with the agent (explains, does not solve)."""
+"""so learn: an interactive teaching session with the agent (explains, does not solve),
+inside a temporary sandbox that sees the project and gives nothing back."""
 
 from __future__ import annotations
 

@@ -1,39 +1,123 @@
-"""so plan: write specs/ templates (never overwriting), then plan with the agent on the host."""
+"""so plan: write specs/ templates (never overwriting), then plan with the agent in a sandbox.
+
+The planning (and ``so learn``'s teaching) session runs the harness's interactive TUI
+inside a temporary sandbox made for it, with the loop's backend, network policy, model
+gateway (the real key stays host-side) and limits: never on the host, where the project's
+own agent settings (hooks, plugins, MCP servers) would run with the user's environment.
+The sandbox sees the project as it is now (uncommitted specs included); when the session
+ends, only regular files the agent wrote under ``specs/`` come back (:mod:`sono.harvest`,
+plan only) and the sandbox is removed.
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
+import dataclasses
+import sys
 from pathlib import Path
 
-from sono import proc, specs
+from sono import harvest, specs
 from sono.commands import _common as c
+from sono.config import Config
 from sono.errors import ConfigError, SoError
+from sono.sandbox import Sandbox, create_sandbox, remove_sandbox
 from sono.workspace import inspect_host
 
 
 def write_templates(root: Path) -> tuple[list[str], list[str]]:
     written, kept = [], []
     folder = root / "specs"
+    if folder.is_symlink():
+        raise SoError(f"{folder} is a symbolic link; make it a plain folder, then run so plan")
     folder.mkdir(exist_ok=True)
     for name in specs.TEMPLATES:
         path = folder / name
-        if path.exists():
+        if path.exists() or path.is_symlink():
             kept.append(f"specs/{name}")
         else:
-            path.write_text(specs.template(name))
+            harvest.write_back(root, {f"specs/{name}": specs.template(name).encode()})
             written.append(f"specs/{name}")
     return written, kept
 
 
-def interactive_session(args: argparse.Namespace, root: Path, prompt: str, task: str) -> int:
-    """Hand the terminal to the harness on the host, with ``prompt``."""
-    cfg = c.config(args, root)
+def note(text: str) -> None:
+    print(f"so: {text}", file=sys.stderr, flush=True)
+
+
+def interactive_session(
+    args: argparse.Namespace, root: Path, prompt: str, task: str, *, bring_back: bool = False
+) -> int:
+    """Hand the terminal to the harness inside a temporary sandbox, with ``prompt``;
+    ``bring_back``: the agent's ``specs/`` files come back to ``root`` afterwards."""
+    host = inspect_host(root)
+    cfg = c.config(args, host.root)
+    chosen = c.backend_for(cfg)
+    limits = c.enforceable_limits(cfg, chosen.backend)  # fail closed before creating anything
+    c.extra_files(cfg)
     agent = c.resolve_agent(cfg, task=task)
-    argv = agent.harness.interactive_argv(agent.options, prompt)
-    # Harnesses that cannot take the prompt as an argument (custom) find it in $SO_PROMPT.
-    env = {**os.environ, **agent.harness.env(os.environ, agent.options), "SO_PROMPT": prompt}
-    return proc.interactive(argv, cwd=root, env=env)
+    sandbox = create_sandbox(
+        store=c.store(),
+        host=host,
+        harness=agent.harness.name,
+        backend_name=chosen.backend.name,
+        backend=chosen.backend,
+        exclude=cfg.exclude,
+        allow_dirty=True,  # the templates just written, the user's uncommitted specs
+        model=cfg.model,
+        effort=cfg.effort,
+        mounts=agent.mounts,
+        agent_cmd=cfg.agent_cmd,
+        workspace=cfg.workspace,
+        notice=note,
+        limits=limits,
+    )
+    try:
+        sandbox.files = c.extra_files(cfg)
+        kept = "only specs/ comes back" if bring_back else "nothing comes back"
+        note(
+            f"{task} session in sandbox {sandbox.record.id} ({chosen.backend.name}, "
+            f"{chosen.why}); the project is a throwaway copy there: {kept}"
+        )
+        code = attach(sandbox, agent, cfg, prompt)
+        if bring_back and not take_specs(sandbox, host.root):
+            return code or 1
+        return code
+    finally:
+        remove_sandbox(sandbox)
+
+
+def attach(sandbox: Sandbox, agent: c.Agent, cfg: Config, prompt: str) -> int:
+    """The harness's interactive command inside, on the user's terminal, pointed at the
+    gateway; its environment is built from scratch (placeholders, never host keys)."""
+    agent.harness.provision(home_seed=sandbox.home_seed, host_home=Path.home())
+    prompt_file = sandbox.home_seed / ".so" / "prompt.md"
+    prompt_file.parent.mkdir(exist_ok=True)
+    prompt_file.write_text(prompt)
+    with c.network(sandbox, agent, cfg) as (_net, netted, host_env):
+        env = {
+            **netted.harness.env(host_env, netted.options),
+            # Harnesses that cannot take the prompt as an argument (custom) find it here.
+            "SO_PROMPT": prompt,
+            "SO_PROMPT_FILE": f"{sandbox.spec.home}/.so/prompt.md",
+        }
+        spec = dataclasses.replace(sandbox.spec, env={**sandbox.spec.env, **env})
+        argv = netted.harness.interactive_argv(netted.options, prompt)
+        return sandbox.backend.shell(spec=spec, argv=argv)
+
+
+def take_specs(sandbox: Sandbox, project: Path) -> bool:
+    """Bring the agent's ``specs/`` files to the host project; False if that failed."""
+    found = harvest.collect(sandbox.work)
+    for why in found.refused:
+        note(f"not taken from the sandbox: {why}")
+    try:
+        written = harvest.write_back(project, found.files)
+    except SoError as exc:
+        note(f"the session's specs were not written: {exc}")
+        return False
+    if written:
+        note(f"from the session: {', '.join(written)}")
+    return True
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         print("so: next: edit specs/*.md, commit them, then `so run`")
         return 0
     try:
-        return interactive_session(args, root, specs.PLAN_PROMPT, "plan")
+        return interactive_session(args, root, specs.PLAN_PROMPT, "plan", bring_back=True)
     except ConfigError:
         raise  # a broken or untrusted config is an error, not a reason to skip the agent
     except SoError as exc:
