@@ -93,9 +93,10 @@ def attach(sandbox: Sandbox, agent: c.Agent, cfg: Config, prompt: str) -> int:
     prompt_file = sandbox.home_seed / ".so" / "prompt.md"
     prompt_file.parent.mkdir(exist_ok=True)
     prompt_file.write_text(prompt)
-    with c.network(sandbox, agent, cfg) as (_net, netted, host_env):
+    with c.network(sandbox, agent, cfg) as (_net, netted, host_env, net_env):
         env = {
             **netted.harness.env(host_env, netted.options),
+            **net_env,  # secrets' placeholders and CA trust, for every harness
             # Harnesses that cannot take the prompt as an argument (custom) find it here.
             "SO_PROMPT": prompt,
             "SO_PROMPT_FILE": f"{sandbox.spec.home}/.so/prompt.md",
