@@ -107,8 +107,12 @@ def interactive(
     env: Mapping[str, str] | None = None,
     executable: str | None = None,
     pass_fds: Sequence[int] = (),
+    keyboard_signals: bool = True,
 ) -> int:
-    """Run attached to the user's terminal (shell, pager, interactive agent)."""
+    """Run attached to the user's terminal (shell, pager, interactive agent).
+    ``keyboard_signals=False``: the command starts with SIGINT and SIGQUIT ignored (a
+    wrapper such as bwrap that must outlive the Ctrl-C meant for what it runs; that
+    command resets them)."""
     log.debug("interactive: %s", shlex.join(argv))
     try:
         proc = subprocess.Popen(
@@ -117,6 +121,7 @@ def interactive(
             pass_fds=tuple(pass_fds),
             cwd=cwd,
             env=dict(env) if env is not None else None,
+            preexec_fn=None if keyboard_signals else _ignore_keyboard_signals,  # noqa: PLW1509
         )
     except FileNotFoundError as exc:
         raise SoError(f"command not found: {argv[0]} (is it installed and on PATH?)") from exc
@@ -126,6 +131,11 @@ def interactive(
         except KeyboardInterrupt:
             # Ctrl-C belongs to the child here (it shares our terminal); keep waiting.
             continue
+
+
+def _ignore_keyboard_signals() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
 
 
 def kill_group(proc: subprocess.Popen[bytes], grace_s: float = KILL_GRACE_S) -> None:

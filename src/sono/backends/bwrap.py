@@ -476,7 +476,9 @@ class BwrapBackend:
             "PS1": f"(so:{spec.id}) \\w\\$ ",
             **shell_git_env(),
         }
-        command = list(argv) or ["/bin/bash", "--norc", "-i"]
+        # bwrap starts with Ctrl-C ignored (it must outlive the Ctrl-C meant for the agent
+        # or shell: --die-with-parent would end the session); the command gets it back.
+        command = [*KEYBOARD_SIGNALS_BACK, *(list(argv) or ["/bin/bash", "--norc", "-i"])]
         # No new session: job control needs the terminal; the seccomp filter keeps
         # TIOCSTI (typing into that terminal) out of reach.
         with (
@@ -488,7 +490,11 @@ class BwrapBackend:
         ):
             outer, executable = limiter.outer(started)
             return proc.interactive(
-                outer, executable=executable, pass_fds=started.fds, env=LAUNCH_ENV
+                outer,
+                executable=executable,
+                pass_fds=started.fds,
+                env=LAUNCH_ENV,
+                keyboard_signals=False,
             )
 
     def destroy(self, *, spec: SandboxSpec) -> None:
@@ -553,6 +559,9 @@ class BwrapBackend:
 
 
 _PROBED: dict[tuple[str | None, str], str | None] = {}
+
+
+KEYBOARD_SIGNALS_BACK = ("/usr/bin/env", "--default-signal=INT,QUIT", "--")
 
 
 def shell_git_env() -> dict[str, str]:
