@@ -819,7 +819,7 @@ def tree_size(path: Path, *, entry_min: int = 0) -> int:
 
 
 class DiskWatch:
-    """A daemon thread that measures ``path`` with :func:`tree_size` (every entry at
+    """A daemon thread that measures ``path`` (and ``also``) with :func:`tree_size` (every entry at
     least :data:`ENTRY_MIN_BYTES`, so the limit bounds inodes too) and calls
     ``on_exceed(size)`` once, the first time ``size > limit``, then stops.
 
@@ -836,10 +836,12 @@ class DiskWatch:
         interval: float = 1.0,
         *,
         budget: float = 0.2,
+        also: Sequence[Path] = (),
     ) -> None:
         if limit <= 0 or interval <= 0 or not 0 < budget <= 1:
             raise ValueError("DiskWatch needs limit > 0, interval > 0 and 0 < budget <= 1")
         self.path = path
+        self.also = tuple(also)  # more writable places counted in the same budget
         self.limit = limit
         self.interval = interval
         self.budget = budget
@@ -866,7 +868,9 @@ class DiskWatch:
     def _run(self) -> None:
         while not self._stop.is_set():
             began = time.monotonic()
-            size = tree_size(self.path, entry_min=ENTRY_MIN_BYTES)
+            size = sum(
+                tree_size(p, entry_min=ENTRY_MIN_BYTES) for p in (self.path, *self.also)
+            )
             took = time.monotonic() - began
             self.size = size
             if size > self.limit:

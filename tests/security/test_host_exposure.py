@@ -6,6 +6,7 @@ run by the real ``so`` CLI; each attack has a control."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -237,3 +238,23 @@ def test_project_docker_layer_needs_trust_and_builds_without_network(
     assert user.so("trust").returncode == 0
     offline = user.attack("true # offline\n", backend="docker")
     assert offline.returncode != 0 and "building" in offline.stderr, offline.stderr
+
+
+@pytest.mark.parametrize("megabytes, killed", [(60, "disk"), (1, None)])
+def test_docker_home_counts_in_the_disk_limit(
+    tmp_path: Path, docker_ready: str, megabytes: int, killed: str | None
+) -> None:
+    """$HOME in a Docker sandbox is the container's own layer: writing there counts in
+    the disk limit like the workspace (control: a small write is not killed)."""
+    user = HostileUser.make(tmp_path)
+    config = user.home / ".config" / "so" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text('[limits]\ndisk = "20m"\n')
+    script = (
+        f"dd if=/dev/urandom of=$HOME/fill bs=1M count={megabytes} 2>/dev/null\n"
+        "sleep 4\necho wrote\n"
+    )
+    out = user.attack(script, backend="docker")
+    assert out.sandbox_dir is not None, out.stderr
+    record = json.loads((out.sandbox_dir / "iterations" / "1" / "record.json").read_text())
+    assert record["killed"] == killed, (record, out.stderr[-1500:])

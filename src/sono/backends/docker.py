@@ -458,7 +458,13 @@ class DockerBackend:
         counters = (lambda: cgroup_counters(dirs)) if dirs else None
         disk = None
         if limits.disk is not None:
-            disk = DiskWatch(spec.writable_dir, limits.disk, lambda size: None, interval=0.5)
+            disk = DiskWatch(
+                spec.writable_dir,
+                limits.disk,
+                lambda size: None,
+                interval=0.5,
+                also=container_layer(container),
+            )
             disk.start()
         try:
             yield Guard(disk=disk, counters=counters)
@@ -689,3 +695,15 @@ def _client_without_credentials(docker: Any) -> Any:
                 os.environ.pop("DOCKER_CONFIG", None)
             else:
                 os.environ["DOCKER_CONFIG"] = saved
+
+
+def container_layer(container: Any) -> tuple[Path, ...]:
+    """The container's own writable layer on the host (``$HOME``, ``/var/tmp``… of the
+    agent), counted in the disk limit with the workspace; nothing where the storage
+    driver keeps it elsewhere or so cannot read it (rootless engines)."""
+    try:
+        upper = container.attrs["GraphDriver"]["Data"]["UpperDir"]
+    except (KeyError, TypeError):
+        return ()
+    path = Path(upper) if isinstance(upper, str) else None
+    return (path,) if path is not None and os.access(path, os.R_OK | os.X_OK) else ()
