@@ -90,6 +90,24 @@ out["clone3"] = call(nr["clone3"], 0, 0)[1]
 out["personality ADDR_NO_RANDOMIZE"] = call(nr["personality"], 0x0040000)[1]
 out["personality query"] = call(nr["personality"], 0xFFFFFFFF)[1]
 out["getpid"] = call(nr.get("getpid", 39 if nr["ioctl"] == 16 else 172))[1]
+import tempfile
+d = tempfile.mkdtemp(dir="/tmp")
+f = os.path.join(d, "f")
+open(f, "w").close()
+def errno_of(fn):
+    try:
+        fn()
+        return 0
+    except OSError as exc:
+        return exc.errno
+out["chmod u+s"] = errno_of(lambda: os.chmod(f, 0o4755))
+out["chmod g+s"] = errno_of(lambda: os.chmod(f, 0o2755))
+out["chmod 755"] = errno_of(lambda: os.chmod(f, 0o755))
+out["open O_CREAT 04755"] = errno_of(lambda: os.open(f + "2", os.O_CREAT | os.O_WRONLY, 0o4755))
+out["open O_CREAT 0644"] = errno_of(lambda: os.close(os.open(f + "3", os.O_CREAT, 0o644)))
+out["mkdir 02775"] = errno_of(lambda: os.mkdir(d + "/sg", 0o2775))
+out["mkdir 0755"] = errno_of(lambda: os.mkdir(d + "/plain", 0o755))
+out["openat2"] = call(nr["openat2"], 0, 0, 0, 0)[1]
 pid = os.fork()
 if pid == 0:
     os._exit(7)
@@ -104,7 +122,7 @@ def under_bwrap(program: bytes, argv: list[str]) -> subprocess.CompletedProcess[
     os.lseek(fd, 0, os.SEEK_SET)
     try:
         bwrap = [bundled_bwrap(), "--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
-        bwrap += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        bwrap += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
         return subprocess.run(
             [*bwrap, "--seccomp", str(fd), "--", *argv],
             pass_fds=(fd,),
@@ -142,6 +160,11 @@ def test_denied_calls_get_the_errno_allowed_ones_work(arch: str) -> None:
     assert seen["clone CLONE_NEWUSER"] == MARK
     assert seen["personality ADDR_NO_RANDOMIZE"] == MARK
     assert seen["clone3"] == seccomp.ENOSYS  # libc falls back to clone
+    for name in ("chmod u+s", "chmod g+s", "open O_CREAT 04755", "mkdir 02775"):
+        assert seen[name] == MARK, name
+    assert seen["openat2"] == seccomp.ENOSYS
+    for name in ("chmod 755", "open O_CREAT 0644", "mkdir 0755"):
+        assert seen[name] == 0, name
     # Controls: the same calls with harmless arguments, and ordinary calls, still work.
     assert seen["ioctl TCGETS"] == 25  # ENOTTY: reached the kernel
     assert seen["personality query"] == 0

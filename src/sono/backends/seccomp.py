@@ -68,6 +68,24 @@ def arg_low(index: int) -> int:
     return 16 + 8 * index
 
 
+# setuid/setgid bits: no call may set them (chmod) or create a file or directory with them
+# (open/mkdir/mknod with a mode): the agent's uid is the caller's on bwrap, root's when so
+# runs as root, and its files live on host paths (the upper layer, files.rw).
+SET_ID_BITS = 0o6000
+MODE_ARG = {  # syscall -> the index of its mode argument
+    "chmod": 1,
+    "fchmod": 1,
+    "fchmodat": 2,
+    "fchmodat2": 2,
+    "creat": 1,
+    "open": 2,
+    "openat": 3,
+    "mkdir": 1,
+    "mkdirat": 2,
+    "mknod": 1,
+    "mknodat": 2,
+}
+
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 # CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER |
@@ -138,6 +156,8 @@ DENIED: tuple[str, ...] = (
 
 # Syscalls added since Linux 5.1 have the same number on every architecture.
 UNIFIED = {
+    "openat2": 437,
+    "fchmodat2": 452,
     "io_uring_setup": 425,
     "io_uring_enter": 426,
     "io_uring_register": 427,
@@ -157,6 +177,16 @@ UNIFIED = {
 # missing from an architecture's table does not exist there.
 SYSCALLS: Mapping[str, Mapping[str, int]] = {
     "x86_64": {
+        "open": 2,
+        "mkdir": 83,
+        "creat": 85,
+        "chmod": 90,
+        "fchmod": 91,
+        "mknod": 133,
+        "openat": 257,
+        "mkdirat": 258,
+        "mknodat": 259,
+        "fchmodat": 268,
         "ioctl": 16,
         "clone": 56,
         "ptrace": 101,
@@ -205,6 +235,11 @@ SYSCALLS: Mapping[str, Mapping[str, int]] = {
         **UNIFIED,
     },
     "aarch64": {
+        "mknodat": 33,
+        "mkdirat": 34,
+        "fchmod": 52,
+        "fchmodat": 53,
+        "openat": 56,
         "lookup_dcookie": 18,
         "ioctl": 29,
         "umount2": 39,
@@ -320,7 +355,16 @@ def build(arch: str, *, deny_errno: int = EPERM) -> Program:
     p.jump(BPF_JEQ_K, table["clone"], true="clone")
     p.jump(BPF_JEQ_K, table["clone3"], true="enosys")
     p.jump(BPF_JEQ_K, table["personality"], true="personality")
+    p.jump(BPF_JEQ_K, table["openat2"], true="enosys")  # its mode sits in a struct
+    for name, index in MODE_ARG.items():
+        if name in table:
+            p.jump(BPF_JEQ_K, table[name], true=f"mode{index}")
     p.ret(RET_ALLOW)
+    for index in sorted(set(MODE_ARG.values())):
+        p.label(f"mode{index}")  # the mode is an unsigned int
+        p.load(arg_low(index))
+        p.jump(BPF_JSET_K, SET_ID_BITS, true="deny")
+        p.ret(RET_ALLOW)
     p.label("ioctl")  # ioctl(fd, request): the request is an unsigned int
     p.load(arg_low(1))
     p.jump(BPF_JEQ_K, TIOCSTI, true="deny")
