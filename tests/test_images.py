@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sono.errors import SoError
-from sono.images import Images, RunnerSpec, remote_sources
+from sono.images import Images, RunnerSpec, base_images, remote_sources
 from sono.trust import context_digest
 
 
@@ -26,6 +26,30 @@ def test_remote_sources_finds_every_form_of_a_remote_add() -> None:
         "http://10.0.0.1/z",
         "git@github.com:a/b.git",
     ]
+
+
+def test_remote_sources_finds_variables_and_images_the_engine_would_pull() -> None:
+    text = (
+        "FROM so-runner AS build\n"
+        "ARG U=http://172.17.0.1/env.sh\n"
+        "ADD $U /opt/x\nADD ${U} /opt/y\n"
+        "COPY --from=build /a /a\n"  # an earlier stage: fine
+        "COPY --from=0 /a /b\n"  # a stage by index: fine
+        "COPY --from=registry.example/img:1 /etc/passwd /p\n"
+        "ADD --from=alpine /x /x\n"
+        "COPY $HOME_FILE /c\n"  # COPY reads the context only
+    )
+    assert remote_sources(text) == [
+        "$U",
+        "${U}",
+        "COPY --from=registry.example/img:1",
+        "ADD --from=alpine",
+    ]
+
+
+def test_base_images_skip_stages_and_scratch() -> None:
+    text = "FROM so-runner AS a\nFROM a\nFROM --platform=linux/amd64 alpine:3 AS b\nFROM scratch\n"
+    assert base_images(text) == ["so-runner", "alpine:3"]
 
 
 def test_remote_sources_honours_the_escape_directive() -> None:

@@ -75,24 +75,51 @@ class RunnerSpec:
         return None if self.project is None else project_dockerfile(self.project)
 
 
-def remote_sources(dockerfile_text: str) -> list[str]:
-    """The URLs an ``ADD`` of this Dockerfile fetches (the engine itself downloads them,
-    from the host's network, whatever the build's network): plain or JSON form, after
-    line continuations, any scheme (``http://``, ``git@``…)."""
+def _instructions(dockerfile_text: str) -> list[list[str]]:
+    """The Dockerfile's instructions as word lists, line continuations joined."""
     escape = "\\"
     head = dockerfile_text.lstrip().splitlines()[:1]
     if head and head[0].replace(" ", "").lower() == "#escape=`":
         escape = "`"
     joined = re.sub(re.escape(escape) + r"[ \t]*\r?\n", " ", dockerfile_text)
+    return [line.split() for line in joined.splitlines() if line.split()]
+
+
+def remote_sources(dockerfile_text: str) -> list[str]:
+    """What the engine itself would fetch for this Dockerfile, from the host's network
+    whatever the build's network: an ``ADD`` of a URL (any scheme, ``git@``) or of a source
+    named through a variable (``ADD $U``: it may expand to a URL), and a ``COPY --from`` /
+    ``ADD --from`` of anything but an earlier stage (an image reference: a pull)."""
     found = []
-    for line in joined.splitlines():
-        words = line.split()
-        if not words or words[0].upper() != "ADD":
+    stages: set[str] = set()
+    for words in _instructions(dockerfile_text):
+        op = words[0].upper()
+        if op == "FROM" and len(words) >= 4 and words[-2].upper() == "AS":
+            stages.add(words[-1].lower())
+        if op not in ("ADD", "COPY"):
             continue
         for raw in words[1:]:
             word = raw.strip('[],"')
-            if "://" in word or word.startswith("git@"):
+            if word.lower().startswith("--from="):
+                source = word.split("=", 1)[1]
+                if source.lower() not in stages and not source.isdigit():
+                    found.append(f"{op} {word}")
+            elif op == "ADD" and ("://" in word or word.startswith("git@") or "$" in word):
                 found.append(word)
+    return found
+
+
+def base_images(dockerfile_text: str) -> list[str]:
+    """The images the ``FROM`` lines name (not earlier stages, not ``scratch``)."""
+    found, stages = [], set()
+    for words in _instructions(dockerfile_text):
+        if words[0].upper() != "FROM":
+            continue
+        args = [w for w in words[1:] if not w.startswith("--")]
+        if args and args[0].lower() not in stages and args[0].lower() != "scratch":
+            found.append(args[0])
+        if len(args) >= 3 and args[-2].upper() == "AS":
+            stages.add(args[-1].lower())
     return found
 
 
@@ -183,11 +210,19 @@ class Images:
             return runner
         _require_trusted(spec, path)  # an image built from it earlier is not run either
         if not self.exists(project):
-            remote = remote_sources(path.read_text(errors="replace"))
+            text = path.read_text(errors="replace")
+            remote = remote_sources(text)
             if remote:
                 raise SoError(
-                    f"{path}: ADD {one_line(remote[0], 120)} fetches from the network; the "
-                    "project layer builds without one: download it into .so/ and COPY it"
+                    f"{path}: {one_line(remote[0], 120)} fetches from the network (the "
+                    "engine itself does); the project layer builds without one: put what it "
+                    "needs into .so/ and COPY it (no variables in ADD sources)"
+                )
+            pulls = [i for i in base_images(text) if "$" in i or not self.exists(i)]
+            if pulls:
+                raise SoError(
+                    f"{path}: FROM {one_line(pulls[0], 120)} is not an image on this host "
+                    "(the engine would pull it); build FROM the runner image or a local one"
                 )
             progress(f"building the project image {project} from {path} (no network)")
             self._build(
