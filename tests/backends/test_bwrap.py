@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -13,7 +14,9 @@ from sono.backends.bwrap import (
     BwrapBackend,
     BwrapOptions,
     bwrap_argv,
+    bwrap_options,
     launch,
+    own_workdir,
     shell_git_env,
     userns_fix,
 )
@@ -175,9 +178,34 @@ def test_argv_sizes_every_tmpfs(tmp_path: Path) -> None:
     tmpfs = {argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"}
     assert sized_tmpfs(argv) == dict(TMPFS_DEFAULTS)
     assert tmpfs == set(TMPFS_DEFAULTS)  # /dev/shm over --dev's unsized one
-    assert argv.index("--tmpfs", argv.index("--dev")) == argv.index("/dev/shm") - 1
+    shm = argv.index("/dev/shm")
+    assert argv[shm - 1] == "--tmpfs" and shm > argv.index("--dev")  # over --dev's one
     limited = argv_for(tmp_path, limits=Limits(disk=64 * 1024**2))
     assert set(sized_tmpfs(limited).values()) == {64 * 1024**2}
+
+
+def test_with_a_disk_limit_scratch_dirs_are_counted_with_the_workspace(tmp_path: Path) -> None:
+    """Each exec binds its own host dirs under the sandbox's state dir for /tmp, /dev/shm
+    and /home: the one disk watch of that dir counts them all; removed afterwards."""
+    spec = SandboxSpec(
+        id="t",
+        workspace=tmp_path / "sb" / "work",
+        home_seed=tmp_path / "sb" / "home",
+        limits=Limits(disk=64 * 1024**2),
+    )
+    with own_workdir(spec) as spec_:
+        assert spec_.scratch is not None and spec_.scratch.is_relative_to(spec.writable_dir)
+        argv = bwrap_options(
+            spec_, {}, BwrapOptions("/bin/bwrap"), etc_dir=tmp_path / "etc"
+        )
+        for inside, name in (("/tmp", "tmp"), ("/dev/shm", "shm"), ("/home", "home")):
+            i = argv.index(inside)
+            assert argv[i - 2 : i] == ["--bind", str(spec_.scratch / name)]
+        assert "--tmpfs" not in argv
+        scratch = spec_.scratch
+    assert not scratch.exists()
+    with own_workdir(dataclasses.replace(spec, limits=None)) as plain:
+        assert plain.scratch is None  # control: no disk limit, sized tmpfs
 
 
 def test_launch_shows_only_bwrap_and_the_command(tmp_path: Path) -> None:

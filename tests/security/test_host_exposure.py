@@ -258,3 +258,26 @@ def test_docker_home_counts_in_the_disk_limit(
     assert out.sandbox_dir is not None, out.stderr
     record = json.loads((out.sandbox_dir / "iterations" / "1" / "record.json").read_text())
     assert record["killed"] == killed, (record, out.stderr[-1500:])
+
+
+@pytest.mark.parametrize("megabytes, killed", [(20, "disk"), (2, None)])
+def test_bwrap_disk_limit_is_one_total_over_every_writable_place(
+    tmp_path: Path, megabytes: int, killed: str | None
+) -> None:
+    """/tmp, /dev/shm, $HOME and the workspace each take less than the limit but more
+    together: one total kills the run (control: small writes everywhere are not)."""
+    user = HostileUser.make(tmp_path)
+    config = user.home / ".config" / "so" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text('[limits]\ndisk = "50m"\n')
+    writes = "".join(
+        f"dd if=/dev/urandom of={where}/fill bs=1M count={megabytes} 2>/dev/null\n"
+        for where in ("/tmp", "/dev/shm", "$HOME", "/workspace")
+    )
+    out = user.attack(writes + "sleep 4\necho wrote\n", backend="bwrap")
+    assert out.sandbox_dir is not None, out.stderr
+    record = json.loads((out.sandbox_dir / "iterations" / "1" / "record.json").read_text())
+    assert record["killed"] == killed, (record, out.stderr[-1500:])
+    assert not (out.sandbox_dir / "scratch").exists() or not any(
+        (out.sandbox_dir / "scratch").iterdir()
+    )  # each run's scratch dirs go with it

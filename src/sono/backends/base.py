@@ -53,6 +53,9 @@ class SandboxSpec:
     overlay: Overlay | None = None  # copy-on-write workspace; ``workspace`` is unused then
     net: NetSpec | None = None  # None: the host's network (sandboxes made before the policy)
     limits: Limits | None = None  # enforced on agent runs and shells (not so's own git)
+    # bwrap with a disk limit: host dirs under ``writable_dir`` standing in for /tmp, /home
+    # and /dev/shm, so the one disk watch counts every writable place (None: sized tmpfs).
+    scratch: Path | None = None
 
     @property
     def writable_dir(self) -> Path:
@@ -66,7 +69,8 @@ class SandboxSpec:
         copy) and the writable extra mounts (``files.rw``) — never the overlay's lower
         layer, whose files are the project's own (hard links)."""
         own = (self.overlay.upper, self.overlay.gitdir) if self.overlay else (self.workspace,)
-        return (*own, *(m.src for m in self.mounts if m.writable))
+        scratch = (self.scratch,) if self.scratch is not None else ()
+        return (*own, *scratch, *(m.src for m in self.mounts if m.writable))
 
 
 @dataclass(frozen=True)

@@ -184,6 +184,22 @@ def tmpfs_sizes(limits: Limits | None) -> dict[str, int]:
     return {path: disk or default for path, default in TMPFS_DEFAULTS.items()}
 
 
+SCRATCH = {"/tmp": "tmp", "/dev/shm": "shm", "/home": "home"}
+
+
+def _scratch_args(spec: SandboxSpec, sizes: Mapping[str, int]) -> list[str]:
+    """/tmp, /dev/shm (unsized from --dev: replaced) and /home: with a disk limit, this
+    exec's own host dirs under the sandbox's state dir, so the disk watch counts them with
+    the workspace in one total; else sized tmpfs (host RAM, each capped)."""
+    args: list[str] = []
+    for inside, name in SCRATCH.items():
+        if spec.scratch is not None:
+            args += ["--bind", str(spec.scratch / name), inside]
+        else:
+            args += ["--size", str(sizes[inside]), "--tmpfs", inside]  # --size: next tmpfs
+    return args
+
+
 def bwrap_options(
     spec: SandboxSpec,
     env: Mapping[str, str],
@@ -220,34 +236,9 @@ def bwrap_options(
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     for name in sorted(etc_files(spec)):
         args += ["--ro-bind", str(etc_dir / name), f"/etc/{name}"]
-    # --size applies to the next --tmpfs. /dev/shm comes unsized with --dev: replaced.
-    args += [
-        "--size",
-        str(sizes["/tmp"]),
-        "--tmpfs",
-        "/tmp",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--size",
-        str(sizes["/dev/shm"]),
-        "--tmpfs",
-        "/dev/shm",
-        "--dir",
-        "/var/tmp",
-        "--dir",
-        "/run",
-        "--size",
-        str(sizes["/home"]),
-        "--tmpfs",
-        "/home",
-        "--dir",
-        spec.home,
-        "--ro-bind",
-        str(spec.home_seed),
-        HOME_SEED_DEST,
-    ]
+    args += ["--proc", "/proc", "--dev", "/dev", *_scratch_args(spec, sizes)]
+    args += ["--dir", "/var/tmp", "--dir", "/run", "--dir", spec.home]
+    args += ["--ro-bind", str(spec.home_seed), HOME_SEED_DEST]
     args += workspace_args(spec)
     for mount in spec.mounts:
         args += ["--bind" if mount.writable else "--ro-bind", str(mount.src), mount.dest]
@@ -613,18 +604,29 @@ _WORKDIRS = itertools.count(1)
 def own_workdir(spec: SandboxSpec) -> Iterator[SandboxSpec]:
     """Each bwrap run mounts the overlay afresh; runs that overlap (a shell or the review
     app while the loop runs) must not share overlayfs' work dir, or one mount loses the
-    race for ``work/work`` and comes up read-only. The upper layer is shared."""
+    race for ``work/work`` and comes up read-only. The upper layer is shared. With a disk
+    limit, each run also gets its own scratch dirs for /tmp, /dev/shm and /home."""
+    run = f"{os.getpid()}-{next(_WORKDIRS)}"
+    made: list[Path] = []
     ov = spec.overlay
-    if ov is None:
-        yield spec
-        return
-    ov.require_lower(spec.id)
-    workdir = ov.workdir / f"{os.getpid()}-{next(_WORKDIRS)}"
-    workdir.mkdir(parents=True)
     try:
-        yield dataclasses.replace(spec, overlay=dataclasses.replace(ov, workdir=workdir))
+        if ov is not None:
+            ov.require_lower(spec.id)
+            workdir = ov.workdir / run
+            workdir.mkdir(parents=True)
+            made.append(workdir)
+            spec = dataclasses.replace(spec, overlay=dataclasses.replace(ov, workdir=workdir))
+        if spec.limits is not None and spec.limits.disk is not None:
+            scratch = spec.writable_dir / "scratch" / run
+            for name in SCRATCH.values():
+                (scratch / name).mkdir(parents=True, mode=0o700)
+            (scratch / "tmp").chmod(0o1777)
+            made.append(scratch)
+            spec = dataclasses.replace(spec, scratch=scratch)
+        yield spec
     finally:
-        remove_tree(workdir)
+        for path in made:
+            remove_tree(path)
 
 
 @contextlib.contextmanager
