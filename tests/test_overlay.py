@@ -337,9 +337,12 @@ def test_strip_setid_clears_the_bits_below_roots_never_through_links(tmp_path: P
     (root / "plain").write_text("x")
     (root / "plain").chmod(0o755)
     (root / "link").symlink_to(outside)
+    (root / "sgdir").mkdir()
+    (root / "sgdir").chmod(0o2775)  # a setgid directory passes its group on
     (root / "d").chmod(0o300)  # unreadable to its owner: opened to look inside
     stripped = strip_setid([root, tmp_path / "missing"])
-    assert sorted(p.name for p in stripped) == ["sgid", "suid"]
+    assert sorted(p.name for p in stripped) == ["sgdir", "sgid", "suid"]
+    assert st_.S_IMODE((root / "sgdir").stat().st_mode) == 0o775
     (root / "d").chmod(0o700)
     assert st_.S_IMODE((root / "suid").stat().st_mode) == 0o755
     assert st_.S_IMODE((root / "d" / "sgid").stat().st_mode) == 0o711

@@ -178,3 +178,30 @@ def test_merge_flags_files_that_run_code(tmp_path: Path) -> None:
 def test_merge_of_plain_files_has_no_notes(tmp_path: Path) -> None:
     _, sb = sandbox_with_commits(tmp_path, {"a.txt": "one\n"})
     assert merge(sb, commit=False, keep=True).notes == []
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "sub/.claude/settings.json",
+        "pkg/.codex/config.toml",
+        "app/.env.local",
+        "a/b/.mcp.json",
+        "web/opencode.json",
+        "x/.vscode/tasks.json",
+        ".tox/py/bin/python",
+        "deep/dir/.GitAttributes",
+        "svc/.envrc",
+    ],
+)
+def test_files_that_run_code_are_found_at_any_depth(path: str) -> None:
+    from sono.review import runs_code
+
+    assert runs_code(path)
+
+
+@pytest.mark.parametrize("path", ["src/app.py", "docs/claude-notes.md", "README.md", "env.txt"])
+def test_ordinary_files_do_not_run_code(path: str) -> None:
+    from sono.review import runs_code
+
+    assert not runs_code(path)

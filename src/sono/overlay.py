@@ -423,7 +423,7 @@ SETID = stat.S_ISUID | stat.S_ISGID
 
 
 def strip_setid(roots: Iterable[Path]) -> list[Path]:
-    """Clear the setuid and setgid bits of every regular file below ``roots`` (what a
+    """Clear the setuid and setgid bits of every regular file and directory below ``roots`` (what a
     sandbox wrote to the host), so no program the agent marked — as root on bwrap a
     setuid-root one — keeps them on a host path. A directory the agent left unreadable
     is opened (``u+rx``) to look inside. Called when no agent process is left (after
@@ -439,6 +439,10 @@ def strip_setid(roots: Iterable[Path]) -> list[Path]:
             for entry in _entries(directory):
                 if entry.is_dir(follow_symlinks=False):
                     todo.append(entry.path)
+                    if _is_setid(entry) and _chmod_nofollow(
+                        Path(entry.path), 0, SETID, dirs=True
+                    ):
+                        stripped.append(Path(entry.path))  # setgid dirs pass the bit on
                 elif (
                     entry.is_file(follow_symlinks=False)
                     and _is_setid(entry)

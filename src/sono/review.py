@@ -336,6 +336,7 @@ RUNS_CODE = (
     "*/.env",
     ".env.*",
     ".venv/*",
+    ".tox/*",
     "venv/*",
     ".direnv/*",
     "node_modules/*",
@@ -366,10 +367,13 @@ RUNS_CODE = (
 
 
 def runs_code(path: str) -> bool:
-    """Whether a merged path is one that runs code on its own (case-insensitive, so a
-    ``.GitAttributes`` on a case-insensitive disk counts too)."""
-    folded = path.casefold()
-    return any(fnmatch.fnmatchcase(folded, p) for p in RUNS_CODE)
+    """Whether a merged path is one that runs code on its own, at any depth (tools and
+    agents read their config in whatever directory they start: ``sub/.claude/``,
+    ``app/.env.local``), case-insensitively (a ``.GitAttributes`` on a case-insensitive
+    disk counts too)."""
+    parts = path.casefold().split("/")
+    tails = ["/".join(parts[i:]) for i in range(len(parts))]
+    return any(fnmatch.fnmatchcase(tail, p) for tail in tails for p in RUNS_CODE)
 
 
 def _conflict_message(sandbox_id: str, what: str) -> str:
