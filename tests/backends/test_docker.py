@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import tarfile
 from pathlib import Path
 
@@ -160,6 +161,11 @@ def test_project_dockerfile_is_layered_on_top(docker_ready: str, tmp_path: Path)
     (project / ".so").mkdir(parents=True)
     (project / ".so" / "Dockerfile").write_text(
         "FROM so-runner\nRUN echo layered > /etc/so-project-marker\n"
+    )
+    from sono.trust import TrustStore, context_digest
+
+    TrustStore.default(os.environ).trust(  # the user reviewed .so/ and ran `so trust`
+        project, None, file=project / ".so" / "Dockerfile", context=context_digest(project / ".so")
     )
     backend = DockerBackend(project=project)
     images = Images(backend.client())

@@ -284,10 +284,10 @@ HOST_FILES = [
     Attempt(
         "hf-net-dir-symlink",
         "host files",
-        "replace /run/so/net/gateway.sock with a symlink to a host socket: a second so "
+        "replace /run/so/net/p/gateway.sock with a symlink to a host socket: a second so "
         "process for this sandbox (so shell during a run) chmods the target 0666",
-        "rm -f /run/so/net/gateway.sock && ln -s {victim_sock} /run/so/net/gateway.sock",
-        P + " unix /run/so/net/proxy.sock",
+        "rm -f /run/so/net/p/gateway.sock && ln -s {victim_sock} /run/so/net/p/gateway.sock",
+        GATEWAY_OK,
         check="net_dir_symlink",
     ),
 ]
@@ -421,7 +421,7 @@ NETWORK = [
         "network",
         "connect to a host abstract Unix socket",
         f"{P} unix @{{abstract}}",
-        f"{P} unix /run/so/net/proxy.sock",
+        f"{P} unix-own @so-probe-control",
     ),
     Attempt(
         "net-loopback-connect",
@@ -586,7 +586,7 @@ SECRETS = [
         "cat {net_dir}/usage.jsonl || cat {net_dir}/denied.jsonl || "
         "cat /run/so/net/usage.jsonl || cat /run/so/net/denied.jsonl || "
         "cat /run/so/usage.jsonl || cat /run/so/denied.jsonl",
-        "test -S /run/so/net/proxy.sock",
+        "test -d /run/so/net/p",  # the socket dir is there; the logs are not
     ),
 ]
 
@@ -738,7 +738,7 @@ PRIVILEGE = [
         "connect to the Docker / containerd socket",
         f"{P} unix /var/run/docker.sock || {P} unix /run/docker.sock || "
         f"{P} unix /run/containerd/containerd.sock",
-        f"{P} unix /run/so/net/proxy.sock",
+        f"{P} unix-own /tmp/so-probe-control.sock",
     ),
     Attempt(
         "priv-dev-mem",

@@ -291,6 +291,22 @@ def unix(path: str) -> int:
     return ok(f"connected to {path}")
 
 
+def unix_own(path: str) -> int:
+    """Listen on a Unix socket of our own (``@``: abstract) and connect to it: the
+    sandbox can use Unix sockets at all (the control of the attempts on host ones)."""
+    address = "\0" + path[1:] if path.startswith("@") else path
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+            server.bind(address)
+            server.listen(1)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(TIMEOUT_S)
+                sock.connect(address)
+    except OSError as exc:
+        return failed(f"own socket {path}: {exc}")
+    return ok(f"connected to own {path}")
+
+
 # --- processes and privilege ----------------------------------------------------------
 
 
@@ -438,6 +454,7 @@ COMMANDS: dict[str, Callable[..., int]] = {
     "raw": raw,
     "packet": packet,
     "unix": unix,
+    "unix-own": unix_own,
     "ptrace": ptrace,
     "ptrace-child": ptrace_child,
     "caps": caps,
