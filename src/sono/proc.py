@@ -88,7 +88,7 @@ def run(
             check=False,
         )
     except FileNotFoundError as exc:
-        raise SoError(f"command not found: {argv[0]} (is it installed and on PATH?)") from exc
+        raise _not_found(argv) from exc
     except subprocess.TimeoutExpired as exc:
         raise SoError(f"command timed out after {timeout}s: {shlex.join(argv)}") from exc
     # Decoded as is: no newline translation, so a "\r" from the sandbox stays a "\r" (and
@@ -124,13 +124,17 @@ def interactive(
             preexec_fn=None if keyboard_signals else _ignore_keyboard_signals,  # noqa: PLW1509
         )
     except FileNotFoundError as exc:
-        raise SoError(f"command not found: {argv[0]} (is it installed and on PATH?)") from exc
+        raise _not_found(argv) from exc
     while True:
         try:
             return proc.wait()
         except KeyboardInterrupt:
             # Ctrl-C belongs to the child here (it shares our terminal); keep waiting.
             continue
+
+
+def _not_found(argv: Sequence[str]) -> SoError:
+    return SoError(f"command not found: {argv[0]} (is it installed and on PATH?)")
 
 
 def _ignore_keyboard_signals() -> None:
@@ -188,7 +192,7 @@ def stream(
             start_new_session=True,
         )
     except FileNotFoundError as exc:
-        raise SoError(f"command not found: {argv[0]} (is it installed and on PATH?)") from exc
+        raise _not_found(argv) from exc
     if stdin_text is not None:
         threading.Thread(target=_feed, args=(proc, stdin_text), daemon=True).start()
     reader = threading.Thread(target=_pump, args=(proc, on_line), daemon=True)

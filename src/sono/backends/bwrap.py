@@ -277,6 +277,16 @@ class Launch:
 LAUNCH_ENV: Mapping[str, str] = {}
 
 
+@dataclass(frozen=True)
+class Started:
+    """What actually starts: bwrap's argv (inside the cgroup jail, when limits need one),
+    the file behind ``argv[0]`` (None: look it up), the fds it inherits."""
+
+    argv: list[str]
+    executable: str | None
+    fds: tuple[int, ...]
+
+
 @contextlib.contextmanager
 def launch(
     executable: str, options: Sequence[str], command: Sequence[str], seccomp: bytes | None
@@ -427,21 +437,16 @@ class BwrapBackend:
         timeout: float | None,
         on_line: Callable[[str], None],
     ) -> proc.Streamed:
-        with (
-            own_workdir(spec) as spec_,
-            limited(spec_) as limiter,
-            self._launch(spec_, limiter.inner(argv), env, forward=True) as started,
-        ):
-            outer, executable = limiter.outer(started)
+        with self._agent_launch(spec, argv, env, new_session=True) as (go, guard):
             return proc.stream(
-                outer,
-                executable=executable,
-                pass_fds=started.fds,
+                go.argv,
+                executable=go.executable,
+                pass_fds=go.fds,
                 env=LAUNCH_ENV,
                 on_line=on_line,
                 stdin_text=stdin_text,
                 timeout=timeout,
-                stop=limiter.guard.check,
+                stop=guard.check,
             )
 
     def run(
@@ -472,21 +477,30 @@ class BwrapBackend:
         command = [*KEYBOARD_SIGNALS_BACK, *(list(argv) or ["/bin/bash", "--norc", "-i"])]
         # No new session: job control needs the terminal; the seccomp filter keeps
         # TIOCSTI (typing into that terminal) out of reach.
+        with self._agent_launch(spec, command, env, new_session=False) as (go, _):
+            return proc.interactive(
+                go.argv,
+                executable=go.executable,
+                pass_fds=go.fds,
+                env=LAUNCH_ENV,
+                keyboard_signals=False,
+            )
+
+    @contextlib.contextmanager
+    def _agent_launch(
+        self, spec: SandboxSpec, argv: Sequence[str], env: Mapping[str, str], *, new_session: bool
+    ) -> Iterator[tuple[Started, Guard]]:
+        """An agent run or a shell: its own overlay work dir (and scratch dirs), its
+        limits (cgroup outside, rlimits inside), the network forwarder, then bwrap."""
         with (
             own_workdir(spec) as spec_,
             limited(spec_) as limiter,
             self._launch(
-                spec_, limiter.inner(command), env, new_session=False, forward=True
+                spec_, limiter.inner(argv), env, new_session=new_session, forward=True
             ) as started,
         ):
             outer, executable = limiter.outer(started)
-            return proc.interactive(
-                outer,
-                executable=executable,
-                pass_fds=started.fds,
-                env=LAUNCH_ENV,
-                keyboard_signals=False,
-            )
+            yield Started(outer, executable, started.fds), limiter.guard
 
     def destroy(self, *, spec: SandboxSpec) -> None:
         """Nothing to tear down: bwrap holds no state between execs."""
