@@ -23,6 +23,7 @@ from rich.console import Console
 from textual.app import App
 from textual.pilot import Pilot
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey
 from textual.worker import WorkerState
 
 from fakes import HostBackend, fake_sandbox
@@ -141,11 +142,11 @@ def stats_pending(app: App[None]) -> bool:
     if main is None:
         return False
     table = main.query_one(DataTable)
-    return any(
-        str(table.get_cell(key, "diff")) == PENDING_STAT
-        for key in table.rows
-        if key.value in main.records
-    )
+    cells = [str(table.get_cell(key, "diff")) for key in table.rows if key.value in main.records]
+    # A stat that arrived widens its column on the table's next idle: until then the
+    # screen (and a dialog's background) would show it cut.
+    width = table.columns[ColumnKey("diff")].content_width
+    return any(c == PENDING_STAT or len(c) > width for c in cells)
 
 
 def drive(
