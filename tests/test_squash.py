@@ -131,7 +131,7 @@ def test_modes_symlinks_removals_and_file_to_dir_as_in_the_tree(tmp_path: Path) 
 def test_no_filter_runs_during_merge(tmp_path: Path, keys: tuple[str, ...]) -> None:
     marker = tmp_path / "FILTER-RAN"
     script = tmp_path / "filter.sh"
-    script.write_text(f"#!/bin/sh\necho \"$0 $*\" >> {marker}\ncat\n")
+    script.write_text(f'#!/bin/sh\necho "$0 $*" >> {marker}\ncat\n')
     script.chmod(0o755)
 
     def build(work: Path) -> None:

@@ -868,9 +868,7 @@ class DiskWatch:
     def _run(self) -> None:
         while not self._stop.is_set():
             began = time.monotonic()
-            size = sum(
-                tree_size(p, entry_min=ENTRY_MIN_BYTES) for p in (self.path, *self.also)
-            )
+            size = sum(tree_size(p, entry_min=ENTRY_MIN_BYTES) for p in (self.path, *self.also))
             took = time.monotonic() - began
             self.size = size
             if size > self.limit:

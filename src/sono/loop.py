@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -144,6 +146,38 @@ class Reporter(Protocol):
     def note(self, message: str) -> None: ...
 
 
+class Terminated(SystemExit):
+    """so was told to stop by a signal (SIGTERM: kill, a service manager; SIGHUP: the
+    terminal closed)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signal = signal.Signals(signum).name
+
+    def __str__(self) -> str:
+        return f"so was terminated ({self.signal})"
+
+
+@contextlib.contextmanager
+def terminated_as_exit() -> Iterator[None]:
+    """While the block runs in the main thread, SIGTERM and SIGHUP raise
+    :class:`Terminated` (so the agent's process group is stopped and the run recorded)
+    instead of ending the process where it stands."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_signal(signum: int, _frame: object) -> None:
+        raise Terminated(signum)
+
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 # Between iterations in step mode: returns "continue" or "stop".
 @dataclass(frozen=True)
 class StepDecision:
@@ -193,15 +227,21 @@ class Loop:
         return specs.cap_iterations(self.opts.iterations, plan)
 
     def run(self) -> LoopResult:
+        """The iterations until a stop rule; whatever ends the run (a rule, Ctrl-C, an
+        error, SIGTERM/SIGHUP) is in the sandbox's record."""
+        with terminated_as_exit():
+            return self._run()
+
+    def _run(self) -> LoopResult:
         planned = self.planned_iterations()
         first = self.sb.record.iterations + 1
         records: list[IterationRecord] = []
         idle = 0
         self.sb.save(status=RUNNING, runner_pid=os.getpid(), stop_reason=None, last_error=None)
-        self.sb.take()  # the starting point: whatever the human left (shell, reset, specs)
         started = self._started = time.monotonic()
         outcome, message = "exhausted", f"ran {planned} iteration(s) without status done"
         try:
+            self.sb.take()  # the starting point: whatever the human left (shell, reset, specs)
             for offset in range(planned):
                 rec = self.iteration(first + offset, offset + 1, planned)
                 records.append(rec)
@@ -232,10 +272,28 @@ class Loop:
             self.reporter.note("interrupted: stopping the agent")  # also ends a live view
             self._finish("interrupted", "interrupted (Ctrl-C)")
             raise
+        except BaseException as exc:  # whatever ends the run, the record says why
+            self._finish_after(exc)
+            raise
         self._finish(outcome, message)
         result = LoopResult(outcome, tuple(records), planned, message)
         self.reporter.run_ended(result)
         return result
+
+    def _finish_after(self, exc: BaseException) -> None:
+        """A run ended by an exception (an error, SIGTERM or SIGHUP, a failing reporter):
+        never left ``running`` with a dead runner. Recording must not hide the
+        exception itself."""
+        if isinstance(exc, Terminated):
+            outcome, message = "interrupted", str(exc)
+        else:
+            outcome, message = "error", one_line(f"{type(exc).__name__}: {exc}", 300)
+        try:
+            self._finish(outcome, message)
+        except Exception:  # the vault or git failed too: the status at least
+            with contextlib.suppress(Exception):
+                status = OUTCOME_STATUS[outcome]
+                self.sb.save(status=status, stop_reason=message, runner_pid=None)
 
     def _over_time(self, started: float) -> str | None:
         limit = self.opts.total_time_s

@@ -439,9 +439,7 @@ def strip_setid(roots: Iterable[Path]) -> list[Path]:
             for entry in _entries(directory):
                 if entry.is_dir(follow_symlinks=False):
                     todo.append(entry.path)
-                    if _is_setid(entry) and _chmod_nofollow(
-                        Path(entry.path), 0, SETID, dirs=True
-                    ):
+                    if _is_setid(entry) and _chmod_nofollow(Path(entry.path), 0, SETID, dirs=True):
                         stripped.append(Path(entry.path))  # setgid dirs pass the bit on
                 elif (
                     entry.is_file(follow_symlinks=False)

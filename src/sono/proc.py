@@ -211,7 +211,7 @@ def stream(
                 kill_group(proc, grace_s=0)
                 break
             reader.join(timeout=0.05)
-    except KeyboardInterrupt:
+    except BaseException:  # Ctrl-C, so being terminated: the agent's group goes too
         kill_group(proc)
         reader.join(timeout=5)
         raise

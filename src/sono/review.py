@@ -177,8 +177,10 @@ def merge(
     squash_commit = _import_change(sandbox, tip)
     tree = _merged_tree(host.root, host.head, squash_commit, rec.id)
     if host.head == base and tree != _tree(host.root, tip):
-        raise SoError(f"merge of {rec.id} would stage something other than the reviewed "
-                      "change; your repository is exactly as it was")
+        raise SoError(
+            f"merge of {rec.id} would stage something other than the reviewed "
+            "change; your repository is exactly as it was"
+        )
     todo = squash.changes(host.root, _tree(host.root, host.head), tree)
     _refuse_obstacles(rec.id, host.root, todo)
     risky = _risky(host.root, todo)
@@ -388,8 +390,16 @@ def _merged_tree(root: Path, head: str, change: str, sandbox_id: str) -> str:
     """The merged tree, computed in memory (git >= 2.38): the host's files are untouched
     until so writes the result itself."""
     probe = host_git(
-        root, "-c", "merge.renormalize=false", "merge-tree", "--write-tree", "--name-only",
-        "--no-messages", head, change, check=False,
+        root,
+        "-c",
+        "merge.renormalize=false",
+        "merge-tree",
+        "--write-tree",
+        "--name-only",
+        "--no-messages",
+        head,
+        change,
+        check=False,
     )
     lines = probe.stdout.splitlines()
     if probe.returncode == 0 and lines and valid_commit_id(lines[0]):

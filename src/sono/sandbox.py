@@ -6,8 +6,9 @@ import contextlib
 import re
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sono import overlay
 from sono.backends import BackendSettings, get_backend
@@ -15,6 +16,7 @@ from sono.backends.base import Backend, Mount, NetSpec, SandboxSpec
 from sono.errors import SoError
 from sono.gitobjects import reachable_objects
 from sono.limits import Limits
+from sono.net.policy import NetworkPolicy
 from sono.net.session import forwarder_path
 from sono.overlay import Drift, Overlay
 from sono.state import CREATED, SandboxRecord, Store, now_iso
@@ -29,6 +31,9 @@ from sono.workspace import (
     read_workspace_file,
     removed_on_failure,
 )
+
+if TYPE_CHECKING:
+    from sono.config import Secret
 
 WORKSPACE_MODES = ("auto", "overlay", "copy")
 
@@ -46,13 +51,44 @@ GITCONFIG = """[user]
 """
 
 
+@dataclass(frozen=True)
+class RunPolicy:
+    """How a sandbox's processes run this time — the agent's, a human's shell, so's own
+    git: resource limits, extra host paths (``files.ro`` / ``files.rw`` as mounts), the
+    network policy and secrets its proxy applies, the backend's settings. Built once
+    from the config by :func:`sono.app.policy.policy_for`; a sandbox holds one for life."""
+
+    limits: Limits | None = None
+    files: tuple[Mount, ...] = ()
+    network: NetworkPolicy = field(default_factory=lambda: NetworkPolicy("allowlist"))
+    secrets: tuple[Secret, ...] = ()
+    backend: BackendSettings = field(default_factory=BackendSettings)
+
+
 @dataclass
-class Sandbox:
+class _Latest:
     record: SandboxRecord
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """One sandbox as this process uses it: its backend and run policy are fixed for the
+    object's life; its registry record is state and follows :meth:`save`."""
+
     store: Store
     backend: Backend
-    limits: Limits | None = None  # this run's resource limits (from the config)
-    files: tuple[Mount, ...] = ()  # this run's extra host paths (files.ro / files.rw)
+    policy: RunPolicy
+    _latest: _Latest = field(repr=False, compare=False)
+
+    @classmethod
+    def of(
+        cls, record: SandboxRecord, store: Store, backend: Backend, policy: RunPolicy | None = None
+    ) -> Sandbox:
+        return cls(store, backend, policy or RunPolicy(), _Latest(record))
+
+    @property
+    def record(self) -> SandboxRecord:
+        return self._latest.record
 
     @property
     def dir(self) -> Path:
@@ -85,7 +121,7 @@ class Sandbox:
     @property
     def spec(self) -> SandboxSpec:
         mounts = tuple(Mount(Path(src), dest) for src, dest in self.record.mounts)
-        mounts += self.files
+        mounts += self.policy.files
         net = None
         if self.record.network == "policy":
             net = NetSpec(self.net_dir / "sock", forwarder_path())
@@ -97,7 +133,7 @@ class Sandbox:
             project=Path(self.record.project),
             overlay=self.overlay,
             net=net,
-            limits=self.limits,
+            limits=self.policy.limits,
         )
 
     def describe_workspace(self) -> str:
@@ -224,7 +260,7 @@ class Sandbox:
         return SandboxGit(self.backend, self.spec)
 
     def save(self, **changes: object) -> SandboxRecord:
-        self.record = self.store.update(self.record, **changes)
+        self._latest.record = self.store.update(self.record, **changes)
         return self.record
 
     def with_mounts(self, extra: Sequence[Mount]) -> None:
@@ -289,7 +325,7 @@ def create_sandbox(
     agent_cmd: str | None = None,
     workspace: str = "copy",
     notice: Callable[[str], None] | None = None,
-    limits: Limits | None = None,
+    policy: RunPolicy | None = None,
 ) -> Sandbox:
     mode, why = choose_workspace(workspace, backend, host.root, store.root)
     if why and notice:
@@ -349,15 +385,18 @@ def create_sandbox(
             network="policy",
             tip=base,
         )
-        sandbox = Sandbox(store.save(record), store, backend, limits)
+        sandbox = Sandbox.of(store.save(record), store, backend, policy)
         (sandbox.net_dir / "sock").mkdir(parents=True)
         backend.create(spec=sandbox.spec)
         return sandbox
 
 
-def open_sandbox(store: Store, ref: str, settings: BackendSettings | None = None) -> Sandbox:
+def open_sandbox(store: Store, ref: str, policy: RunPolicy | None = None) -> Sandbox:
+    """The sandbox ``ref`` names (an id or a unique prefix), on its own backend, run
+    under ``policy`` (default: no limits, no extra files, the default network policy)."""
     record = store.resolve(ref)
-    return Sandbox(record, store, get_backend(record.backend, settings))
+    policy = policy or RunPolicy()
+    return Sandbox.of(record, store, get_backend(record.backend, policy.backend), policy)
 
 
 def remove_sandbox(sandbox: Sandbox) -> None:

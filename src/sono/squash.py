@@ -49,8 +49,13 @@ class Change:
         return self.old_mode != "000000"
 
 
-def git(root: Path, *args: str, env: dict[str, str] | None = None,
-        input: str | None = None, check: bool = True) -> proc.Completed:
+def git(
+    root: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+    check: bool = True,
+) -> proc.Completed:
     """Host git with every filter driver the host configures switched off (git still
     checks "racily clean" index entries by running the clean filter that the index's new
     ``.gitattributes``, the agent's, names)."""
@@ -67,8 +72,11 @@ def no_filters(root: Path) -> list[str]:
         ["git", *GIT_SAFE, "-C", str(root), "config", "-z", "--get-regexp", r"^filter\."],
         check=False,
     ).stdout
-    names = {key[len("filter."):key.rfind(".")] for key, _, _ in
-             (entry.partition("\n") for entry in out.split("\0")) if key.count(".") >= 2}
+    names = {
+        key[len("filter.") : key.rfind(".")]
+        for key, _, _ in (entry.partition("\n") for entry in out.split("\0"))
+        if key.count(".") >= 2
+    }
     return [
         arg
         for name in sorted(names)
@@ -121,8 +129,11 @@ def _untracked_in_the_way(root: Path, todo: Sequence[Change]) -> list[str]:
             kept = _files_under(root, c.path, gone)
             if kept or c.existed:
                 shown = ", ".join(one_line(k, 60) for k in kept[:3]) or "a directory"
-                found.setdefault(c.path, f"{c.path}/ (a directory git does not track all of: "
-                                         f"{shown}{' …' if len(kept) > 3 else ''})")
+                found.setdefault(
+                    c.path,
+                    f"{c.path}/ (a directory git does not track all of: "
+                    f"{shown}{' …' if len(kept) > 3 else ''})",
+                )
         elif not c.existed:
             kind = "symlink" if stat.S_ISLNK(leaf.st_mode) else "file"
             found.setdefault(c.path, f"{c.path} (a {kind} git does not track)")
@@ -184,8 +195,9 @@ class Target:
     tree: str
 
 
-def apply(target: Target, todo: Sequence[Change], *, commit_message: str | None,
-          squash_message: str) -> None:
+def apply(
+    target: Target, todo: Sequence[Change], *, commit_message: str | None, squash_message: str
+) -> None:
     """Write ``todo`` (HEAD tree → ``target.tree``) into the work tree and index, then
     commit it if ``commit_message``; on any failure, everything is as it was."""
     with _staging(target) as scratch:
@@ -198,8 +210,15 @@ def apply(target: Target, todo: Sequence[Change], *, commit_message: str | None,
                 journal.write(target.root, todo, blobs)
                 journal.replace_index(index, target.git_dir / "index")
                 if new_commit is not None:
-                    git(target.root, "update-ref", "-m", "so merge: squash", "HEAD",
-                        new_commit, target.head)
+                    git(
+                        target.root,
+                        "update-ref",
+                        "-m",
+                        "so merge: squash",
+                        "HEAD",
+                        new_commit,
+                        target.head,
+                    )
             except BaseException:
                 journal.undo()
                 raise
@@ -232,8 +251,9 @@ def _unpack(target: Target, todo: Sequence[Change], scratch: Path) -> dict[str, 
     # GIT_WORK_TREE too: a core.worktree setting must not move git (and the file) elsewhere.
     env = {"GIT_DIR": str(target.git_dir), "GIT_WORK_TREE": str(scratch)}
     for n, c in enumerate(c for c in todo if not c.removes):
-        name = proc.run(["git", *GIT_SAFE, "unpack-file", c.new_oid], cwd=scratch,
-                        env={**os.environ, **env}).stdout.strip()
+        name = proc.run(
+            ["git", *GIT_SAFE, "unpack-file", c.new_oid], cwd=scratch, env={**os.environ, **env}
+        ).stdout.strip()
         raw = scratch / name
         staged = scratch / f"new-{n}"
         if c.new_mode == LINK:
@@ -280,8 +300,10 @@ def _index_lock(git_dir: Path) -> Iterator[None]:
     try:
         fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError as exc:
-        raise SoError(f"{lock} exists: another git command is running (or crashed; then "
-                      "remove the file); nothing was changed") from exc
+        raise SoError(
+            f"{lock} exists: another git command is running (or crashed; then "
+            "remove the file); nothing was changed"
+        ) from exc
     os.close(fd)
     try:
         yield

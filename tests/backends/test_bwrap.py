@@ -195,9 +195,7 @@ def test_with_a_disk_limit_scratch_dirs_are_counted_with_the_workspace(tmp_path:
     )
     with own_workdir(spec) as spec_:
         assert spec_.scratch is not None and spec_.scratch.is_relative_to(spec.writable_dir)
-        argv = bwrap_options(
-            spec_, {}, BwrapOptions("/bin/bwrap"), etc_dir=tmp_path / "etc"
-        )
+        argv = bwrap_options(spec_, {}, BwrapOptions("/bin/bwrap"), etc_dir=tmp_path / "etc")
         for inside, name in (("/tmp", "tmp"), ("/dev/shm", "shm"), ("/home", "home")):
             i = argv.index(inside)
             assert argv[i - 2 : i] == ["--bind", str(spec_.scratch / name)]

@@ -6,7 +6,6 @@ CONNECT tunnel trusting the session CA."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import http.client
 import ipaddress
@@ -38,7 +37,7 @@ from net_helpers import (
     unix_connect,
 )
 
-from sono.config import Config, Secret, load_config
+from sono.config import Secret, load_config
 from sono.errors import SoError
 from sono.net.policy import NetworkPolicy
 from sono.net.proxy import ProxyThread
@@ -436,11 +435,8 @@ def test_session_writes_the_ca_certificate_but_never_a_private_key() -> None:
 
 def test_session_for_gives_placeholders_and_trust_but_never_values(tmp_path: Path) -> None:
     host_env = {**HOST_ENV, "COPY_OF_GH": "ghp_real_value", "PATH": "/usr/bin"}
-    base = load_config(project=None, env={}, home=tmp_path, flags={})
-    cfg: Config = dataclasses.replace(
-        base, secrets=SECRETS, network_mode="allowlist", network_allow=HOSTS
-    )
-    session, gatewayed = session_for(tmp_path / "net", cfg, host_env)
+    policy = NetworkPolicy("allowlist", allow=HOSTS)
+    session, gatewayed = session_for(tmp_path / "net", policy, SECRETS, host_env)
     env = gatewayed.env
     assert PLACEHOLDER_RE.fullmatch(env["GH_TOKEN"])
     assert PLACEHOLDER_RE.fullmatch(env["OTHER_TOKEN"])
@@ -454,8 +450,7 @@ def test_session_for_gives_placeholders_and_trust_but_never_values(tmp_path: Pat
         assert leak not in env
     assert "real_value" not in repr(env)
 
-    plain_cfg = dataclasses.replace(base, network_mode="allowlist", network_allow=HOSTS)
-    plain_session, plain = session_for(tmp_path / "net2", plain_cfg, host_env)
+    plain_session, plain = session_for(tmp_path / "net2", policy, (), host_env)
     assert plain_session.secrets == ()
     assert "SSL_CERT_FILE" not in plain.env
     assert "GH_TOKEN" not in plain.env

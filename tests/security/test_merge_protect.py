@@ -53,8 +53,10 @@ CASES = {
 def test_merge_refuses_to_destroy_host_files(tmp_path: Path, case: str) -> None:
     user = HostileUser.make(tmp_path, {".gitignore": IGNORES})
     host_files, agent = CASES[case]
-    run = user.attack(f"set -e\n{agent}\necho ok > plain.txt && git add plain.txt\n"
-                      "git commit -qm work\n", backend="bwrap")
+    run = user.attack(
+        f"set -e\n{agent}\necho ok > plain.txt && git add plain.txt\ngit commit -qm work\n",
+        backend="bwrap",
+    )
     assert run.returncode in (0, 5), run.stderr
     sid = user.sandbox_id()
     canary = user.canaries["$GITHUB_TOKEN"]
@@ -79,8 +81,10 @@ def test_merge_refuses_to_destroy_host_files(tmp_path: Path, case: str) -> None:
 
 def test_merge_refusal_on_both_backends(tmp_path: Path, backend: str) -> None:
     user = HostileUser.make(tmp_path, {".gitignore": IGNORES})
-    run = user.attack("set -e\nprintf 'K=agent\\n' > .env && git add -f .env && "
-                      "git commit -qm env\n", backend=backend)
+    run = user.attack(
+        "set -e\nprintf 'K=agent\\n' > .env && git add -f .env && git commit -qm env\n",
+        backend=backend,
+    )
     assert run.returncode in (0, 5), run.stderr
     sid = user.sandbox_id()
     (user.project / ".env").write_text("K=host-value\n")
@@ -110,7 +114,7 @@ def test_no_host_filter_runs_during_merge(tmp_path: Path, keys: tuple[str, ...])
     sid = user.sandbox_id()
     marker = tmp_path / "LFS-RAN"
     fake = tmp_path / "git-lfs"
-    fake.write_text(f"#!/bin/sh\necho \"$*\" >> {marker}\ncat\n")
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {marker}\ncat\n')
     fake.chmod(0o755)
     for key in keys:
         git(user.project, "config", f"filter.lfs.{key}", f"{fake} filter-{key} %f")
@@ -164,8 +168,7 @@ def test_files_that_run_code_are_confirmed_before_anything_is_written(tmp_path: 
 
 def test_control_plain_change_merges_without_a_list(tmp_path: Path) -> None:
     user = HostileUser.make(tmp_path, {".gitignore": IGNORES})
-    user.attack("set -e\necho ok > plain.txt && git add -A && git commit -qm ok\n",
-                backend="bwrap")
+    user.attack("set -e\necho ok > plain.txt && git add -A && git commit -qm ok\n", backend="bwrap")
     sid = user.sandbox_id()
     (user.project / ".env").write_text("K=host\n")  # ignored, untouched by this change
     merged = user.so("merge", sid, "--yes")
@@ -177,8 +180,10 @@ def test_control_plain_change_merges_without_a_list(tmp_path: Path) -> None:
 
 def test_a_conflict_leaves_no_trace(tmp_path: Path) -> None:
     user = HostileUser.make(tmp_path)
-    user.attack("set -e\necho agent > README.md && echo new > new.txt && git add -A && "
-                "git commit -qm c\n", backend="bwrap")
+    user.attack(
+        "set -e\necho agent > README.md && echo new > new.txt && git add -A && git commit -qm c\n",
+        backend="bwrap",
+    )
     sid = user.sandbox_id()
     user.commit({"README.md": "host\n"})
     before = host_state(user.project)

@@ -4,10 +4,8 @@ screens (``SO_UPDATE_SNAPSHOTS=1`` rewrites them, and docs/menu.svg)."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import functools
 import io
 import os
 import re
@@ -29,6 +27,7 @@ from textual.worker import WorkerState
 from fakes import HostBackend, fake_sandbox
 from helpers import REPO, git, make_repo
 from sono import sandbox as sandbox_module
+from sono.app.context import Context
 from sono.backends.base import SandboxSpec
 from sono.sandbox import Sandbox
 from sono.state import DONE, FAILED, STOPPED, Store
@@ -76,18 +75,17 @@ class World:
     ids: list[str]
 
     def services(self) -> Services:
-        return Services(
-            store=self.store,
-            opener=lambda ref: Sandbox(self.store.resolve(ref), self.store, self.backend),
-            continuer=functools.partial(tui_data.continue_loop, argparse.Namespace()),
-            now=lambda: NOW,
-        )
+        def opener(ref: str, run: bool) -> Sandbox:
+            return Sandbox.of(self.store.resolve(ref), self.store, self.backend)
+
+        ctx = Context(env={**os.environ, "SO_HOME": str(self.store.home)}, home=self.tmp)
+        return Services(ctx=ctx, opener=opener, now=lambda: NOW)
 
     def app(self, focus: str | None = None) -> ReviewApp:
         return ReviewApp(self.services(), focus=focus)
 
     def sandbox(self, n: int = 0) -> Sandbox:
-        return Sandbox(self.store.load(self.ids[n]), self.store, self.backend)
+        return Sandbox.of(self.store.load(self.ids[n]), self.store, self.backend)
 
 
 def add_sandbox(

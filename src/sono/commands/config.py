@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from sono.app.policy import backend_settings
 from sono.backends import choose_auto
 from sono.commands import _common as c
 from sono.config import ProjectFile, project_config_path, user_config_path
@@ -21,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = c.config(args, project)
     backend, why = cfg.sandbox, "set explicitly"
     if backend == "auto":
-        backend, why = choose_auto(c.backend_settings(cfg))
+        backend, why = choose_auto(backend_settings(c.context(args), cfg))
     if getattr(args, "json", False):
         data = cfg.to_json()
         data["sandbox"] = {**data["sandbox"], "resolved": backend, "why": why}

@@ -3,35 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from sono.app.runs import continue_run
+from sono.app.sandboxes import open_sandbox
 from sono.commands import _common as c
-from sono.errors import SoError
-from sono.sandbox import open_sandbox
 
 
 def run(args: argparse.Namespace) -> int:
-    sandbox = open_sandbox(c.store(), args.id)
-    if sandbox.record.live_status() == "running":
-        raise SoError(
-            f"sandbox {sandbox.record.id} is already running (pid {sandbox.record.runner_pid})"
-        )
-    rec = sandbox.record
-    # The sandbox keeps the agent it was started with unless a flag says otherwise.
-    remembered = {
-        "harness": rec.harness,
-        "model": rec.model,
-        "effort": rec.effort,
-        "agent_cmd": rec.agent_cmd,
-    }
-    for key, value in remembered.items():
-        if getattr(args, key, None) is None and value is not None:
-            setattr(args, key, value)
-    cfg = c.config(args, Path(rec.project))
-    harness = cfg.harness
-    agent = c.resolve_agent(cfg, harness_name=harness)
-    result = c.run_loop(args, sandbox, agent, cfg)
-    if result is None:
-        return 130
-    c.summarize(args, sandbox, result)
-    return result.exit_code
+    ctx = c.context(args)
+    sandbox = open_sandbox(ctx, args.id, run=True).sandbox
+    outcome = continue_run(ctx, sandbox, None, c.reporter(args))
+    if outcome.result is None:
+        return c.interrupted(outcome.sandbox, outcome.config)
+    c.summarize(args, outcome.sandbox, outcome.result)
+    return outcome.result.exit_code

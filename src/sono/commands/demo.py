@@ -15,6 +15,9 @@ import tempfile
 from pathlib import Path
 
 from sono import agents, proc
+from sono.app.agent import resolve_agent
+from sono.app.policy import backend_for, policy_for
+from sono.app.runs import network
 from sono.backends.base import Mount
 from sono.commands import _common as c
 from sono.errors import SoError
@@ -127,12 +130,13 @@ def run(args: argparse.Namespace) -> int:
         python = Path(sys.executable).resolve()
         flags.agent_cmd = f"{python} {MINI_AGENT_DEST}/mini_agent.py"
         extra = (Mount(TESTING_DIR, MINI_AGENT_DEST),)
-    cfg = c.config(flags, repo)
-    agent = c.resolve_agent(cfg, extra_mounts=extra)
-    backend = c.backend_for(cfg).backend
+    ctx = c.context(flags)
+    cfg = ctx.config(repo)
+    agent = resolve_agent(ctx, cfg, extra_mounts=extra)
+    backend = backend_for(ctx, cfg).backend
     host = inspect_host(repo)
     sandbox = create_sandbox(
-        store=c.store(),
+        store=ctx.store,
         host=host,
         harness=agent.harness.name,
         backend_name=backend.name,
@@ -142,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
         model=None,
         effort=None,
         mounts=agent.mounts,
+        policy=policy_for(ctx, cfg, backend),
     )
     label = "the real claude CLI" if which == "claude" else "the built-in scripted agent"
     with ModelServer() as server:
@@ -152,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         model_env = {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-so-demo-key"}
-        with c.network(sandbox, agent, cfg, model_env) as (net, netted, host_env, net_env):
+        with network(sandbox, agent, model_env) as (net, netted, host_env, net_env):
             env = {
                 **net_env,
                 **{k: v for k, v in host_env.items() if k.startswith("ANTHROPIC_")},

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from sono.app.sandboxes import open_sandbox
 from sono.commands import _common as c
 from sono.review import show_diff
-from sono.sandbox import open_sandbox
 
 
 def run(args: argparse.Namespace) -> int:
-    sandbox = open_sandbox(c.store(), args.id)
-    cfg = c.config(args, Path(sandbox.record.project))
-    show_diff(sandbox, iteration=args.iter, stat=args.stat, pager=cfg.pager)
+    opened = open_sandbox(c.context(args), args.id)
+    show_diff(opened.sandbox, iteration=args.iter, stat=args.stat, pager=opened.config.pager)
     return 0

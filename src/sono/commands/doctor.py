@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from sono import agents, proc
+from sono.app.policy import backend_settings, limits_of
 from sono.backends import BACKENDS, PLANNED, choose_auto, get_backend
 from sono.backends.base import Backend
 from sono.commands import _common as c
@@ -30,7 +31,7 @@ def line(ok: bool | None, what: str, detail: str) -> str:
 def run(args: argparse.Namespace) -> int:
     cfg = c.config(args, _project())
     out = [line(True, "so home", str(so_home(c.environ())))]
-    settings = c.backend_settings(cfg)
+    settings = backend_settings(c.context(args), cfg)
     selected, why = cfg.sandbox, "set by -s/SANDBOX/config"
     if selected == "auto":
         selected, why = choose_auto(settings)
@@ -111,7 +112,7 @@ def _network(cfg: Config) -> str:
 
 def _limits(name: str, backend: Backend, cfg: Config) -> list[str]:
     """What each resource limit maps to on this backend here (a sample when none set)."""
-    limits = c.limits_of(cfg)
+    limits = limits_of(cfg)
     sample = limits is None
     if limits is None:
         limits = Limits(memory=4 << 30, cpus=2, pids=512, disk=10 << 30)

@@ -6,6 +6,7 @@ import argparse
 import re
 
 from sono import agents, specs
+from sono.app.runs import LoopRequest
 from sono.commands import _common as c
 from sono.commands.launch import launch
 from sono.errors import SoError
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return specs.DUP_PROMPT + jscpd_report(out.stdout or out.stderr)
 
-    return launch(args, needs_spec=False, prompt=prompt)
+    return launch(args, LoopRequest(prompt=prompt), needs_spec=False)
 
 
 def jscpd_report(output: str) -> str:

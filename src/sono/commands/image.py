@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from sono.app.policy import backend_settings
 from sono.backends.docker import DockerBackend
 from sono.commands import _common as c
 from sono.errors import SoError
@@ -21,7 +22,7 @@ def _project() -> Path | None:
 def run(args: argparse.Namespace) -> int:
     project = _project()
     cfg = c.config(args, project)
-    settings = c.backend_settings(cfg)
+    settings = backend_settings(c.context(args), cfg)
     docker = DockerBackend(base=cfg.docker_base, project=project, progress=settings.progress)
     images = docker.images()
     if args.action == "bootstrap":

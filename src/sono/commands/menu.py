@@ -5,14 +5,15 @@ back to the seed's numbered menu."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 
+from sono.app.context import Context
+from sono.app.runs import continue_run
+from sono.app.sandboxes import open_sandbox, remove, shell
 from sono.commands import _common as c
 from sono.commands.list import table
 from sono.errors import SoError
 from sono.review import merge, reset, show_diff
-from sono.sandbox import Sandbox, open_sandbox, remove_sandbox
 from sono.state import SandboxRecord
 from sono.textsafe import for_terminal, one_line
 
@@ -28,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     if _can_draw():
         from sono.ui.tui import run_app
 
-        return run_app(args)
+        return run_app(c.context(args))
     return _numbered_menu(args, records)
 
 
@@ -64,15 +65,16 @@ def sandbox_menu(args: argparse.Namespace, sandbox_id: str) -> None:
     if _can_draw():
         from sono.ui.tui import run_app
 
-        run_app(args, focus=sandbox_id)
+        run_app(c.context(args), focus=sandbox_id)
         return
     _sandbox_keys(args, sandbox_id)
 
 
 def _sandbox_keys(args: argparse.Namespace, sandbox_id: str) -> None:
     """The seed's review keys for one sandbox; returns on q/Esc or when it is gone."""
+    ctx = c.context(args)
     while True:
-        sandbox = open_sandbox(c.store(), sandbox_id)
+        sandbox = open_sandbox(ctx, sandbox_id).sandbox
         rec = sandbox.record
         state = f"{rec.id}: {rec.live_status()}, {rec.iterations} iteration(s), {rec.commits}"
         print(f"\n{one_line(state)} commit(s)\n{ACTIONS}")
@@ -83,33 +85,32 @@ def _sandbox_keys(args: argparse.Namespace, sandbox_id: str) -> None:
             if key == "d":
                 show_diff(sandbox, iteration=None, stat=False)
             elif key == "s":
-                _shell(sandbox)
+                shell(ctx, open_sandbox(ctx, sandbox_id, run=True).sandbox)
             elif key == "r":
                 rev = input("reset to (iter-N, base or commit): ").strip()
                 if rev and c.confirm(args, f"reset {rec.id} to {rev}?"):
                     reset(sandbox, rev)
             elif key == "c":
-                _continue(args, rec.id, input("how many iterations? ").strip() or "1")
+                _continue(ctx, args, rec.id, input("how many iterations? ").strip() or "1")
             elif key == "m":
                 if c.confirm(args, f"merge {rec.id} into {rec.project}?"):
                     merge(sandbox, commit=False, keep=False)
                     print("merged: the change is staged in your repository")
                     return
             elif key == "x" and c.confirm(args, f"delete {rec.id}?"):
-                remove_sandbox(sandbox)
+                remove(sandbox)
                 return
         except SoError as exc:
             print(f"so: error: {for_terminal(str(exc))}")
 
 
-def _continue(args: argparse.Namespace, sandbox_id: str, count: str) -> None:
+def _continue(ctx: Context, args: argparse.Namespace, sandbox_id: str, count: str) -> None:
     if not count.isdigit():
         print("so: give a number of iterations")
         return
-    ns = argparse.Namespace(**{**vars(args), "id": sandbox_id, "iterations": int(count)})
-    importlib.import_module("sono.commands.continue").run(ns)
-
-
-def _shell(sandbox: Sandbox) -> int:
-    with c.serving(sandbox):
-        return sandbox.shell()
+    sandbox = open_sandbox(ctx, sandbox_id, run=True).sandbox
+    outcome = continue_run(ctx, sandbox, int(count), c.reporter(args))
+    if outcome.result is None:
+        c.interrupted(outcome.sandbox, outcome.config)
+    else:
+        c.summarize(args, outcome.sandbox, outcome.result)

@@ -6,13 +6,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from sono.app.sandboxes import open_sandbox, require_idle
 from sono.commands import _common as c
 from sono.review import merge
-from sono.sandbox import open_sandbox
 
 
 def run(args: argparse.Namespace) -> int:
-    sandbox = open_sandbox(c.store(), args.id)
+    sandbox = open_sandbox(c.context(args), args.id).sandbox
+    require_idle(sandbox)
     rec = sandbox.record
 
     def approve(risky: Sequence[str]) -> bool:

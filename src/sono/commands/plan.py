@@ -17,8 +17,11 @@ import sys
 from pathlib import Path
 
 from sono import harvest, specs
+from sono.app.agent import Agent, resolve_agent
+from sono.app.context import Context
+from sono.app.policy import backend_for, policy_for
+from sono.app.runs import network
 from sono.commands import _common as c
-from sono.config import Config
 from sono.errors import ConfigError, SoError
 from sono.sandbox import Sandbox, create_sandbox, remove_sandbox
 from sono.workspace import inspect_host
@@ -50,13 +53,13 @@ def interactive_session(
     """Hand the terminal to the harness inside a temporary sandbox, with ``prompt``;
     ``bring_back``: the agent's ``specs/`` files come back to ``root`` afterwards."""
     host = inspect_host(root)
-    cfg = c.config(args, host.root)
-    chosen = c.backend_for(cfg)
-    limits = c.enforceable_limits(cfg, chosen.backend)  # fail closed before creating anything
-    c.extra_files(cfg)
-    agent = c.resolve_agent(cfg, task=task)
+    ctx = c.context(args)
+    cfg = ctx.config(host.root)
+    chosen = backend_for(ctx, cfg)
+    policy = policy_for(ctx, cfg, chosen.backend)  # fail closed before creating anything
+    agent = resolve_agent(ctx, cfg, task=task)
     sandbox = create_sandbox(
-        store=c.store(),
+        store=ctx.store,
         host=host,
         harness=agent.harness.name,
         backend_name=chosen.backend.name,
@@ -69,16 +72,15 @@ def interactive_session(
         agent_cmd=cfg.agent_cmd,
         workspace=cfg.workspace,
         notice=note,
-        limits=limits,
+        policy=policy,
     )
     try:
-        sandbox.files = c.extra_files(cfg)
         kept = "only specs/ comes back" if bring_back else "nothing comes back"
         note(
             f"{task} session in sandbox {sandbox.record.id} ({chosen.backend.name}, "
             f"{chosen.why}); the project is a throwaway copy there: {kept}"
         )
-        code = attach(sandbox, agent, cfg, prompt)
+        code = attach(ctx, sandbox, agent, prompt)
         if bring_back and not take_specs(sandbox, host.root):
             return code or 1
         return code
@@ -86,14 +88,14 @@ def interactive_session(
         remove_sandbox(sandbox)
 
 
-def attach(sandbox: Sandbox, agent: c.Agent, cfg: Config, prompt: str) -> int:
+def attach(ctx: Context, sandbox: Sandbox, agent: Agent, prompt: str) -> int:
     """The harness's interactive command inside, on the user's terminal, pointed at the
     gateway; its environment is built from scratch (placeholders, never host keys)."""
-    agent.harness.provision(home_seed=sandbox.home_seed, host_home=Path.home())
+    agent.harness.provision(home_seed=sandbox.home_seed, host_home=ctx.home)
     prompt_file = sandbox.home_seed / ".so" / "prompt.md"
     prompt_file.parent.mkdir(exist_ok=True)
     prompt_file.write_text(prompt)
-    with c.network(sandbox, agent, cfg) as (_net, netted, host_env, net_env):
+    with network(sandbox, agent, ctx.env) as (_net, netted, host_env, net_env):
         env = {
             **netted.harness.env(host_env, netted.options),
             **net_env,  # secrets' placeholders and CA trust, for every harness

@@ -39,6 +39,6 @@ def run(args: argparse.Namespace) -> int:
     if (args.all or args.older_than) and not c.confirm(args, f"remove {len(chosen)} sandbox(es)?"):
         return 1
     for rec in chosen:
-        remove_sandbox(open_sandbox(store, rec.id))
+        remove_sandbox(open_sandbox(store, rec.id))  # removal runs nothing inside
         print(f"so: removed {rec.id}")
     return 0

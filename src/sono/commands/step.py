@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sono import proc, specs
+from sono.app.runs import LoopRequest
+from sono.commands import _common as c
 from sono.commands.launch import launch
 from sono.errors import SoError
 from sono.loop import StepDecision, StepHook
@@ -103,8 +105,7 @@ def between(
 
 
 def ask_between(args: argparse.Namespace) -> StepHook:
-    from sono.commands import _common as c
-
+    """Asked before anything is created: without a terminal it refuses."""
     if c.yes(args):
         return lambda _sb, _rec: StepDecision()
     if not c.interactive_tty():
@@ -113,4 +114,4 @@ def ask_between(args: argparse.Namespace) -> StepHook:
 
 
 def run(args: argparse.Namespace) -> int:
-    return launch(args, step=True)
+    return launch(args, LoopRequest(step_hook=ask_between(args)))

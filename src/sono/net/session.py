@@ -39,14 +39,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from sono.config import Config
 from sono.net.gateway import ApiKind, AuthStyle, GatewayThread, Route
 from sono.net.policy import NetworkPolicy
 from sono.net.proxy import ProxyThread
 from sono.net.secrets import BoundSecret, resolve, sandbox_env
+
+if TYPE_CHECKING:
+    from sono.config import Secret
 from sono.net.usage import Measured, measure
 
 PROXY_PORT = 3128
@@ -267,14 +269,13 @@ class NetSession:
                 thread.proxy.denials.flush()
 
 
-def policy_of(cfg: Config) -> NetworkPolicy:
-    return NetworkPolicy(mode=cfg.network_mode, allow=cfg.network_allow, deny=cfg.network_deny)
-
-
 def session_for(
-    net_dir: Path, cfg: Config, host_env: Mapping[str, str]
+    net_dir: Path,
+    policy: NetworkPolicy,
+    secrets: Sequence[Secret],
+    host_env: Mapping[str, str],
 ) -> tuple[NetSession, Gatewayed]:
-    """The network of a sandbox under ``cfg``'s policy, and what its agent is told.
+    """The network of a sandbox under ``policy``, and what its agent is told.
 
     With ``[secrets]``, their values are read from ``host_env`` or their files now (a
     missing one raises :class:`sono.errors.SoError`); the agent gets each as a
@@ -283,10 +284,9 @@ def session_for(
     variables are in ``sandbox_env`` too: every harness filters the host env it is given,
     so the caller adds them after the harness (they must reach any agent)."""
     gatewayed = gateway_for(host_env)
-    policy = policy_of(cfg)
-    bound = resolve(cfg.secrets, host_env) if cfg.secrets else []
+    bound = resolve(secrets, host_env) if secrets else []
     if bound:
-        sources = {s.env for s in cfg.secrets if s.env is not None}
+        sources = {s.env for s in secrets if s.env is not None}
         values = {b.value for b in bound}
         env = {k: v for k, v in gatewayed.env.items() if k not in sources and v not in values}
         forced = sandbox_env(bound)

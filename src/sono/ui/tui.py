@@ -2,14 +2,14 @@
 single keys act on the selected one (d diff, s shell, r reset, c continue, m merge,
 x delete, l logs, q quit; Esc goes back from every sub-screen).
 
-Everything outside the app comes through :class:`Services` — the store, how a sandbox is
-opened (its backend), how more iterations run, the clock — so tests drive the real app
-against a fake backend and snapshots use a fixed clock.
+Everything outside the app comes through :class:`Services` — the operations' context,
+how a sandbox is opened (its backend and run policy), the clock — so tests drive the real
+app against a fake backend and snapshots use a fixed clock. The work itself is done by
+:mod:`sono.app`, as for the command line.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,10 +23,11 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import get_current_worker
 
+from sono.app import runs, sandboxes
+from sono.app.context import Context
 from sono.errors import SoError
-from sono.loop import LoopResult, Reporter
 from sono.review import MergeResult, merge, reset
-from sono.sandbox import Sandbox, open_sandbox, remove_sandbox
+from sono.sandbox import Sandbox
 from sono.state import SandboxRecord, Store
 from sono.textsafe import file_name, one_line
 from sono.ui import tui_data as data
@@ -43,29 +44,30 @@ from sono.ui.tui_screens import (
     show_error,
 )
 
-Continuer = Callable[[Sandbox, int, Reporter], "LoopResult | None"]
+Opener = Callable[[str, bool], Sandbox]  # (id, to run processes in it) → the sandbox
 
 
 @dataclass(frozen=True)
 class Services:
-    """The app's seam to the world: tests pass a store + fake-backend opener + fixed clock."""
+    """The app's seam to the world: tests pass a fake-backend opener and a fixed clock."""
 
-    store: Store
-    opener: Callable[[str], Sandbox]
-    continuer: Continuer
+    ctx: Context
+    opener: Opener
     now: Callable[[], datetime]
 
-    @classmethod
-    def default(cls, args: argparse.Namespace) -> Services:
-        from sono.commands import _common as c
+    @property
+    def store(self) -> Store:
+        return self.ctx.store
 
-        store = c.store()
-        return cls(
-            store=store,
-            opener=functools.partial(open_sandbox, store),
-            continuer=functools.partial(data.continue_loop, args),
-            now=lambda: datetime.now(UTC),
-        )
+    def open(self, sandbox_id: str, *, run: bool = False) -> Sandbox:
+        return self.opener(sandbox_id, run)
+
+    @classmethod
+    def default(cls, ctx: Context) -> Services:
+        def opener(sandbox_id: str, run: bool) -> Sandbox:
+            return sandboxes.open_sandbox(ctx, sandbox_id, run=run).sandbox
+
+        return cls(ctx=ctx, opener=opener, now=lambda: datetime.now(UTC))
 
 
 COLUMNS = (
@@ -210,7 +212,7 @@ class MainScreen(Screen[None]):
             if get_current_worker().is_cancelled:
                 return  # a newer reload started its own pass
             try:
-                value = data.diff_stat(self.services.opener(rec.id))
+                value = data.diff_stat(self.services.open(rec.id))
             except Exception:  # removed meanwhile, or git failed: the cell says "?"
                 value = "?"
             self.app.call_from_thread(self._set_stat, rec, value)
@@ -223,14 +225,15 @@ class MainScreen(Screen[None]):
 
     # --- actions on the selected sandbox ---
 
-    def chosen(self, *, idle: bool = False) -> Sandbox | None:
-        """The selected sandbox, opened; ``idle`` refuses one a loop is running in."""
+    def chosen(self, *, idle: bool = False, run: bool = False) -> Sandbox | None:
+        """The selected sandbox, opened (``run``: to run processes in, under its full
+        policy); ``idle`` refuses one a loop is running in."""
         sandbox_id = self.selected_id()
         if sandbox_id is None:
             self.notify("no sandbox selected", severity="warning")
             return None
         try:
-            sandbox = self.services.opener(sandbox_id)
+            sandbox = self.services.open(sandbox_id, run=run)
         except SoError as exc:
             show_error(self.app, "cannot open the sandbox", exc)
             self.reload()
@@ -257,12 +260,12 @@ class MainScreen(Screen[None]):
         self.app.push_screen(LogsScreen(self.services.store, sandbox_id))
 
     def action_shell(self) -> None:
-        sandbox = self.chosen()
+        sandbox = self.chosen(run=True)
         if sandbox is None:
             return
         try:
             with self.app.suspend():
-                _shell(sandbox)
+                sandboxes.shell(self.services.ctx, sandbox)
         except SuspendNotSupported:
             show_error(
                 self.app,
@@ -305,7 +308,7 @@ class MainScreen(Screen[None]):
         )
 
     def action_continue(self) -> None:
-        sandbox = self.chosen(idle=True)
+        sandbox = self.chosen(idle=True, run=True)
         if sandbox is None:
             return
 
@@ -324,7 +327,7 @@ class MainScreen(Screen[None]):
 
         def body() -> None:
             try:
-                result = self.services.continuer(sandbox, count, reporter)
+                result = runs.continue_run(self.services.ctx, sandbox, count, reporter).result
             except Exception as exc:  # broad on purpose: shown, never a crash
                 app.call_from_thread(screen.failed)
                 app.call_from_thread(show_error, app, "continue failed", exc)
@@ -373,7 +376,7 @@ class MainScreen(Screen[None]):
             lambda: in_background(
                 self,
                 "delete failed",
-                lambda: remove_sandbox(sandbox),
+                lambda: sandboxes.remove(sandbox),
                 lambda _: self.done(f"{sid} deleted"),
             ),
         )
@@ -429,13 +432,6 @@ class ReviewApp(App[None]):
         self.push_screen(MainScreen(self.services, self.focus_id))
 
 
-def run_app(args: argparse.Namespace, focus: str | None = None) -> int:
-    ReviewApp(Services.default(args), focus=focus).run()
+def run_app(ctx: Context, focus: str | None = None) -> int:
+    ReviewApp(Services.default(ctx), focus=focus).run()
     return 0
-
-
-def _shell(sandbox: Sandbox) -> int:
-    from sono.commands._common import serving
-
-    with serving(sandbox):
-        return sandbox.shell()

@@ -10,7 +10,6 @@ lines, diff text) has been through :mod:`sono.textsafe`: the screens only wrap i
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from collections import deque
@@ -19,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sono.errors import SoError
-from sono.loop import LoopResult, Reporter
 from sono.sandbox import Sandbox
 from sono.state import SandboxRecord, Store
 from sono.textsafe import file_name, for_terminal, one_line
@@ -192,22 +189,3 @@ def diff_lines(text: str, limit: int) -> list[str]:
     if len(lines) > limit:
         out.append(f"… {len(lines) - limit} more lines: `so diff` shows them all")
     return out
-
-
-def continue_loop(
-    args: argparse.Namespace, sandbox: Sandbox, count: int, reporter: Reporter
-) -> LoopResult | None:
-    """``so continue ID -i COUNT`` with another reporter: the same config and agent rules."""
-    from sono.commands import _common as c
-
-    rec = sandbox.record
-    if rec.live_status() == "running":
-        raise SoError(f"sandbox {rec.id} is already running (pid {rec.runner_pid})")
-    ns = argparse.Namespace(**{**vars(args), "iterations": count})
-    # The sandbox keeps the agent it was started with unless a flag says otherwise.
-    for key in ("harness", "model", "effort", "agent_cmd"):
-        if getattr(ns, key, None) is None and getattr(rec, key) is not None:
-            setattr(ns, key, getattr(rec, key))
-    cfg = c.config(ns, Path(rec.project))
-    agent = c.resolve_agent(cfg, harness_name=cfg.harness)
-    return c.run_loop(ns, sandbox, agent, cfg, reporter=reporter)

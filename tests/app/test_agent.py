@@ -7,9 +7,7 @@ from typing import ClassVar
 
 import pytest
 
-from fakes import HostBackend
-from sono.backends.bwrap import BwrapBackend
-from sono.commands._common import effort_for, endpoints, enforceable_limits
+from sono.app.agent import effort_for, endpoints
 from sono.config import load_config
 from sono.errors import SoError
 from sono.harnesses.claude import ClaudeHarness
@@ -52,26 +50,3 @@ def test_endpoints_from_env() -> None:
     env = {"ANTHROPIC_BASE_URL": "http://a", "OPENAI_BASE_URL": "http://o", "OTHER": "x"}
     assert endpoints(env) == {"anthropic": "http://a", "openai": "http://o"}
     assert endpoints({}) == {}
-
-
-def test_unenforceable_limits_fail_closed(tmp_path: Path) -> None:
-    with pytest.raises(SoError, match=r"limits.memory .* cannot be enforced on fake here"):
-        enforceable_limits(cfg(tmp_path, SO_LIMIT_MEMORY="1g"), HostBackend())
-
-
-def test_best_effort_downgrades_with_a_warning(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    config = cfg(tmp_path, SO_LIMIT_MEMORY="1g", SO_ENFORCE="best-effort")
-    limits = enforceable_limits(config, HostBackend())
-    assert limits is not None and limits.memory == 1 << 30
-    assert "limits.memory is not enforced on fake here" in capsys.readouterr().err
-
-
-def test_no_limits_no_check(tmp_path: Path) -> None:
-    assert enforceable_limits(cfg(tmp_path), HostBackend()) is None
-
-
-def test_bwrap_enforces_limits_here(tmp_path: Path) -> None:
-    limits = enforceable_limits(cfg(tmp_path, SO_LIMIT_PIDS="64"), BwrapBackend())
-    assert limits is not None and limits.pids == 64

@@ -1,0 +1,215 @@
+"""Run the loop: in a new sandbox (``so run``/``step``/``clean``/``dup``) or more
+iterations in an existing one (``so continue``, the menu, the TUI)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from sono import specs
+from sono.app.agent import Agent, resolve_agent
+from sono.app.context import Context
+from sono.app.policy import backend_for, policy_for
+from sono.app.sandboxes import require_idle
+from sono.config import Config
+from sono.errors import SoError
+from sono.loop import Loop, LoopOptions, LoopResult, Reporter, StepHook
+from sono.net.session import NetSession
+from sono.sandbox import Sandbox, create_sandbox
+from sono.workspace import inspect_host, require_clean
+
+Prompt = Callable[[Sandbox], str]
+
+
+@dataclass(frozen=True)
+class LoopRequest:
+    """What a run asks of the loop beyond the config: a preset prompt (clean/dup; None:
+    ``specs/prompt.md``), the step dialogue, variables on top of the agent's."""
+
+    prompt: Prompt | None = None
+    step_hook: StepHook | None = None
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True)
+class StartOptions:
+    """``so run`` and its kin: a new sandbox from the project at ``cwd``."""
+
+    cwd: Path
+    allow_dirty: bool = False
+    needs_spec: bool = True  # specs/prompt.md must exist (not for clean/dup)
+    request: LoopRequest = field(default_factory=LoopRequest)
+    announce: bool = True  # a notice naming the sandbox, backend, agent and network
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A run's sandbox and result; ``result`` is None when Ctrl-C stopped it."""
+
+    sandbox: Sandbox
+    result: LoopResult | None
+    config: Config
+
+
+def start(ctx: Context, opts: StartOptions, reporter: Reporter) -> Outcome:
+    """Create a sandbox from the project and run the loop in it. Everything that can
+    refuse (spec, clean host, backend, limits, files, agent CLI) is checked before
+    anything is created."""
+    host = inspect_host(opts.cwd)
+    cfg = ctx.config(host.root)
+    if opts.needs_spec and not (host.root / specs.PROMPT).is_file():
+        raise SoError(
+            f"{host.root / specs.PROMPT} not found; run `so plan` to create the "
+            "specs, edit them, commit, then run again"
+        )
+    if not opts.allow_dirty:
+        require_clean(
+            host,
+            action="start a sandbox",
+            hint=", or pass --allow-dirty to snapshot them into the sandbox",
+        )
+    chosen = backend_for(ctx, cfg)
+    policy = policy_for(ctx, cfg, chosen.backend)  # fail closed before creating anything
+    agent = resolve_agent(ctx, cfg)
+    sandbox = create_sandbox(
+        store=ctx.store,
+        host=host,
+        harness=agent.harness.name,
+        backend_name=chosen.backend.name,
+        backend=chosen.backend,
+        exclude=cfg.exclude,
+        allow_dirty=opts.allow_dirty,
+        model=cfg.model,
+        effort=cfg.effort,
+        mounts=agent.mounts,
+        agent_cmd=cfg.agent_cmd,
+        workspace=cfg.workspace,
+        notice=ctx.notice,
+        policy=policy,
+    )
+    if opts.needs_spec:
+        reset_status(sandbox)
+    if opts.announce:
+        ctx.notice(
+            f"sandbox {sandbox.record.id} · {chosen.backend.name} ({chosen.why}) · "
+            f"agent {agent.description}\n"
+            f"    {sandbox.describe_workspace()} (branch {sandbox.record.branch}); "
+            f"network: {network_line(cfg)}"
+        )
+    result = run_loop(ctx, sandbox, agent, cfg, reporter, request=opts.request)
+    return Outcome(sandbox, result, cfg)
+
+
+def continue_run(
+    ctx: Context,
+    sandbox: Sandbox,
+    iterations: int | None,
+    reporter: Reporter,
+    request: LoopRequest | None = None,
+) -> Outcome:
+    """More iterations in ``sandbox`` (opened to run: :func:`sono.app.sandboxes.
+    open_sandbox`), with its remembered agent unless flags say otherwise;
+    ``iterations`` None: the config's."""
+    if iterations is not None:
+        ctx = ctx.with_flags(iterations=iterations)
+    require_idle(sandbox)
+    cfg = ctx.config(Path(sandbox.record.project), sandbox=sandbox.record)
+    agent = resolve_agent(ctx, cfg)
+    result = run_loop(ctx, sandbox, agent, cfg, reporter, request=request)
+    return Outcome(sandbox, result, cfg)
+
+
+def run_loop(
+    ctx: Context,
+    sandbox: Sandbox,
+    agent: Agent,
+    cfg: Config,
+    reporter: Reporter,
+    *,
+    request: LoopRequest | None = None,
+) -> LoopResult | None:
+    """Run the loop under the sandbox's policy; None when Ctrl-C stopped it (the
+    sandbox is kept, its record says so)."""
+    request = request or LoopRequest()
+    sandbox.with_mounts(agent.mounts)
+    opts = LoopOptions(
+        iterations=cfg.iterations,
+        timeout_s=cfg.iteration_timeout,
+        no_progress_limit=cfg.no_progress_limit,
+        commit_retries=cfg.commit_retries,
+        prompt=request.prompt,
+        step=request.step_hook is not None,
+        max_cost=cfg.max_cost,
+        max_tokens=cfg.max_tokens,
+        total_time_s=cfg.total_time,
+        stop_on_kill=cfg.on_kill == "stop",
+    )
+    with network(sandbox, agent, ctx.env) as (net, netted, host_env, net_env):
+        # The network's own variables (secret placeholders, CA trust) after the harness's
+        # choice: a harness keeps only the host variables it knows.
+        env = {
+            **netted.harness.env(host_env, netted.options),
+            **net_env,
+            **request.env,
+        }
+        loop = Loop(
+            sandbox,
+            harness=netted.harness,
+            agent=netted.options,
+            opts=opts,
+            reporter=reporter,
+            env=env,
+            step_hook=request.step_hook,
+            net=net,
+        )
+        try:
+            return loop.run()
+        except KeyboardInterrupt:
+            return None
+
+
+@contextlib.contextmanager
+def network(
+    sandbox: Sandbox, agent: Agent, host_env: Mapping[str, str]
+) -> Iterator[tuple[NetSession | None, Agent, Mapping[str, str], Mapping[str, str]]]:
+    """Serve the sandbox's proxy and model gateway while the block runs; yield the agent
+    pointed at the gateway, the host env it may see (keys replaced by placeholders) and
+    the variables every agent process must get on top of its harness's (secrets'
+    placeholders, CA trust). Sandboxes made before the network policy keep the host's
+    network."""
+    if sandbox.spec.net is None:
+        yield None, agent, host_env, {}
+        return
+    from sono.net.session import session_for
+
+    policy = sandbox.policy
+    session, gatewayed = session_for(sandbox.net_dir, policy.network, policy.secrets, host_env)
+    options = dataclasses.replace(agent.options, endpoints=gatewayed.endpoints)
+    with session:
+        yield (
+            session,
+            dataclasses.replace(agent, options=options),
+            gatewayed.env,
+            gatewayed.sandbox_env,
+        )
+
+
+def network_line(cfg: Config) -> str:
+    if cfg.network_mode == "none":
+        return "none (the model gateway only)"
+    allowed = ", ".join(cfg.network_allow) or "nothing else"
+    if cfg.network_mode == "open":
+        return "open through so's proxy (private ranges and deny list blocked)"
+    return f"model gateway + {allowed}"
+
+
+def reset_status(sandbox: Sandbox) -> None:
+    """A status left at done/blocked by an earlier run would stop the loop at once."""
+    text = sandbox.read_file(specs.STATUS)
+    if text is not None and specs.parse_status(text) != specs.PENDING:
+        sandbox.write_file(specs.STATUS, "Status: pending\n")
+        sandbox.git.commit_all("so: reset specs/status.md to pending for this run")
