@@ -108,6 +108,33 @@ def test_kill_9_of_so_leaves_a_recoverable_sandbox(tmp_path: Path) -> None:
     assert json.loads(out.stdout.splitlines()[-1])["iterations"][0]["commits"]
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_terminating_so_records_why_and_stops_the_agent(tmp_path: Path, sig: int) -> None:
+    """kill (SIGTERM) or a closed terminal (SIGHUP) mid-iteration: the agent's processes
+    go with so, and the record says stopped and why — not `running` with a dead runner."""
+    sleep = unique_sleep()
+    body = AGENT.replace(
+        "prompt=$(cat)", f"prompt=$(cat)\n[ -f .slept ] || {{ touch .slept; {sleep}; }}"
+    )
+    repo = project(tmp_path, items=1)
+    before = tree_snapshot(repo)
+    cmd = [SO, "run", "-H", "custom", "--agent-cmd", agent(tmp_path, body), "--yes"]
+    proc = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not pids(sleep):
+        time.sleep(0.1)
+    assert pids(sleep)
+    os.kill(proc.pid, sig)
+    assert proc.wait(timeout=30) == 128 + sig
+    assert pids(sleep) == []
+    [rec] = json.loads(so("list", "--json", cwd=repo).stdout)
+    assert rec["status"] == "stopped" and rec["runner_pid"] is None
+    assert rec["stop_reason"] == f"so was terminated ({signal.Signals(sig).name})"
+    assert tree_snapshot(repo) == before
+    out = so("continue", str(rec["id"]), "-i", "1", "--yes", "--json", cwd=repo)
+    assert json.loads(out.stdout.splitlines()[-1])["iterations"][0]["commits"]
+
+
 def test_crashing_agent_is_reported(tmp_path: Path) -> None:
     repo = project(tmp_path)
     out = so(

@@ -11,7 +11,7 @@ import os
 import re
 import stat
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -73,9 +73,11 @@ class World:
     store: Store
     backend: ShellBackend
     ids: list[str]
+    opened: list[tuple[str, bool]] = field(default_factory=list)  # (id, to run)
 
     def services(self) -> Services:
         def opener(ref: str, run: bool) -> Sandbox:
+            self.opened.append((ref, run))
             return Sandbox.of(self.store.resolve(ref), self.store, self.backend)
 
         ctx = Context(env={**os.environ, "SO_HOME": str(self.store.home)}, home=self.tmp)
@@ -455,6 +457,8 @@ def test_shell_suspends_the_app_and_runs_the_backend_shell(
 
     assert drive(app, scenario)
     assert suspended == [True] and world.backend.shells == [world.ids[0]]
+    # The shell runs under the sandbox's full run policy (limits, files), as `so shell`.
+    assert (world.ids[0], True) in world.opened
 
 
 def test_shell_without_a_real_terminal_explains(tmp_path: Path) -> None:
@@ -492,6 +496,7 @@ def test_continue_runs_more_iterations_with_live_progress(tmp_path: Path) -> Non
     assert rec.iterations == 3 and rec.commits == 3
     assert (world.sandbox().work / "notes.txt").read_text() == "line 2\nline 3\n"
     assert "■ stopped" in main and " 3 " in main
+    assert (world.ids[0], True) in world.opened  # continue runs under the full policy
 
 
 def test_continue_failure_is_a_dialog(tmp_path: Path) -> None:
