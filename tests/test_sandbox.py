@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import pytest
@@ -36,21 +37,24 @@ def test_spec_carries_the_policys_limits_and_files(tmp_path: Path) -> None:
     spec = sb.spec
     assert spec.limits == Limits(pids=33)
     assert Mount(data, "/data", writable=True) in spec.mounts
-    assert plain.spec.limits is None and Mount(data, "/data", writable=True) not in plain.spec.mounts
+    assert plain.spec.limits is None
+    assert Mount(data, "/data", writable=True) not in plain.spec.mounts
 
 
 def test_open_sandbox_takes_the_backend_settings_of_the_policy(tmp_path: Path) -> None:
     from sono.backends import BackendSettings
-    from sono.backends.bwrap import BwrapBackend
+    from sono.backends.bwrap import BwrapBackend, bundled_bwrap
 
     repo = make_repo(tmp_path / "proj", {"a.txt": "a\n"})
     sb = fake_sandbox(tmp_path, repo)
     store = Store(tmp_path / "so")
     store.update(sb.record, backend="bwrap")
-    policy = RunPolicy(backend=BackendSettings(bwrap="/opt/custom/bwrap"))
+    mine = tmp_path / "my-bwrap"
+    shutil.copy(bundled_bwrap(), mine)
+    policy = RunPolicy(backend=BackendSettings(bwrap=str(mine)))
     opened = open_sandbox(store, sb.record.id[:6], policy)
     assert isinstance(opened.backend, BwrapBackend) and opened.policy is policy
-    assert opened.backend.binary() == "/opt/custom/bwrap"  # not the bundled one
+    assert opened.backend.binary() == str(mine)  # not the bundled one
 
 
 def test_unknown_iteration_is_a_clear_error(tmp_path: Path) -> None:
