@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 
 import pytest
@@ -43,18 +42,20 @@ def test_spec_carries_the_policys_limits_and_files(tmp_path: Path) -> None:
 
 def test_open_sandbox_takes_the_backend_settings_of_the_policy(tmp_path: Path) -> None:
     from sono.backends import BackendSettings
-    from sono.backends.bwrap import BwrapBackend, bundled_bwrap
+    from sono.backends.bwrap import BwrapBackend
 
     repo = make_repo(tmp_path / "proj", {"a.txt": "a\n"})
     sb = fake_sandbox(tmp_path, repo)
     store = Store(tmp_path / "so")
     store.update(sb.record, backend="bwrap")
-    mine = tmp_path / "my-bwrap"
-    shutil.copy(bundled_bwrap(), mine)
+    mine = tmp_path / "my-bwrap"  # an old one: the backend names it when it refuses it
+    mine.write_text("#!/bin/sh\necho 'bubblewrap 0.4.0'\n")
+    mine.chmod(0o755)
     policy = RunPolicy(backend=BackendSettings(bwrap=str(mine)))
     opened = open_sandbox(store, sb.record.id[:6], policy)
     assert isinstance(opened.backend, BwrapBackend) and opened.policy is policy
-    assert opened.backend.binary() == str(mine)  # not the bundled one
+    with pytest.raises(SoError, match="configured bwrap .*my-bwrap is older"):
+        opened.backend.binary()
 
 
 def test_unknown_iteration_is_a_clear_error(tmp_path: Path) -> None:
