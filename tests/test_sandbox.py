@@ -54,7 +54,7 @@ def test_open_sandbox_takes_the_backend_settings_of_the_policy(tmp_path: Path) -
     policy = RunPolicy(backend=BackendSettings(bwrap=str(mine)))
     opened = open_sandbox(store, sb.record.id[:6], policy)
     assert isinstance(opened.backend, BwrapBackend) and opened.policy is policy
-    with pytest.raises(SoError, match="configured bwrap .*my-bwrap is older"):
+    with pytest.raises(SoError, match=r"configured bwrap .*my-bwrap is older"):
         opened.backend.binary()
 
 
