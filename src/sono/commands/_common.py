@@ -130,6 +130,8 @@ def summarize(args: argparse.Namespace, sandbox: Sandbox, result: LoopResult) ->
         ),
         file=sys.stderr,
     )
+    if getattr(args, "quiet", False):
+        return  # -q: the outcome line only
     print(
         f"  review:   so diff {sid}   so shell {sid}   so reset {sid} iter-N\n"
         f"  continue: so continue {sid} -i N\n"
