@@ -317,6 +317,7 @@ def serving(sandbox: Sandbox, cfg: Config | None = None) -> Iterator[NetSession 
     if sandbox.spec.net is None:
         yield None
         return
+    from sono.net.policy import NetworkPolicy
     from sono.net.session import session_for
 
     if cfg is None:
@@ -327,7 +328,8 @@ def serving(sandbox: Sandbox, cfg: Config | None = None) -> Iterator[NetSession 
             flags={},
             harness_choices=list(HARNESSES),
         )
-    session, _ = session_for(sandbox.net_dir, cfg, environ())
+    policy = NetworkPolicy(mode=cfg.network_mode, allow=cfg.network_allow, deny=cfg.network_deny)
+    session, _ = session_for(sandbox.net_dir, policy, cfg.secrets, environ())
     with session:
         yield session
 
@@ -345,9 +347,11 @@ def network(
     if sandbox.spec.net is None:
         yield None, agent, env, {}
         return
+    from sono.net.policy import NetworkPolicy
     from sono.net.session import session_for
 
-    session, gatewayed = session_for(sandbox.net_dir, cfg, env)
+    policy = NetworkPolicy(mode=cfg.network_mode, allow=cfg.network_allow, deny=cfg.network_deny)
+    session, gatewayed = session_for(sandbox.net_dir, policy, cfg.secrets, env)
     options = dataclasses.replace(agent.options, endpoints=gatewayed.endpoints)
     with session:
         yield (

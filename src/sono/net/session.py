@@ -31,7 +31,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import secrets
 import socket
 import stat
 import tempfile
@@ -39,14 +38,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from secrets import token_hex
 from typing import Any
 from urllib.parse import urlsplit
 
-from sono.config import Config
 from sono.net.gateway import ApiKind, AuthStyle, GatewayThread, Route
 from sono.net.policy import NetworkPolicy
 from sono.net.proxy import ProxyThread
-from sono.net.secrets import BoundSecret, resolve, sandbox_env
+from sono.net.secrets import BoundSecret, Secret, resolve, sandbox_env
 from sono.net.usage import Measured, measure
 
 PROXY_PORT = 3128
@@ -267,26 +266,24 @@ class NetSession:
                 thread.proxy.denials.flush()
 
 
-def policy_of(cfg: Config) -> NetworkPolicy:
-    return NetworkPolicy(mode=cfg.network_mode, allow=cfg.network_allow, deny=cfg.network_deny)
-
-
 def session_for(
-    net_dir: Path, cfg: Config, host_env: Mapping[str, str]
+    net_dir: Path,
+    policy: NetworkPolicy,
+    secrets: Sequence[Secret],
+    host_env: Mapping[str, str],
 ) -> tuple[NetSession, Gatewayed]:
-    """The network of a sandbox under ``cfg``'s policy, and what its agent is told.
+    """The network of a sandbox under ``policy``, and what its agent is told.
 
-    With ``[secrets]``, their values are read from ``host_env`` or their files now (a
+    With ``secrets`` (``[secrets]``), their values are read from ``host_env`` or their files now (a
     missing one raises :class:`sono.errors.SoError`); the agent gets each as a
     placeholder, loses every host variable that held a secret's value, and is told to
     trust the session CA (:func:`sono.net.tls.trust_env`) when there is a proxy. Those
     variables are in ``sandbox_env`` too: every harness filters the host env it is given,
     so the caller adds them after the harness (they must reach any agent)."""
     gatewayed = gateway_for(host_env)
-    policy = policy_of(cfg)
-    bound = resolve(cfg.secrets, host_env) if cfg.secrets else []
+    bound = resolve(secrets, host_env) if secrets else []
     if bound:
-        sources = {s.env for s in cfg.secrets if s.env is not None}
+        sources = {s.env for s in secrets if s.env is not None}
         values = {b.value for b in bound}
         env = {k: v for k, v in gatewayed.env.items() if k not in sources and v not in values}
         forced = sandbox_env(bound)
@@ -387,7 +384,7 @@ def _short_dir(directory: Path) -> Iterator[Path]:
     if len(str(directory)) < 80:
         yield directory
         return
-    link = Path(tempfile.gettempdir()) / f"so-{os.getpid()}-{secrets.token_hex(4)}"
+    link = Path(tempfile.gettempdir()) / f"so-{os.getpid()}-{token_hex(4)}"
     link.symlink_to(directory)
     try:
         yield link
