@@ -97,7 +97,7 @@ def main() -> None:
         ModelServer() as server,
     ):
         sock = Path(tmp) / "gw.sock"
-        routes = [Route("/anthropic", server.url, "x-api-key", "sk-bench-real-key")]
+        routes = [Route("/anthropic", server.url, "x-api-key", "sk-bench-real-key", "anthropic")]
         host, port = server.url.removeprefix("http://").split(":")
         fwd_port = free_port()
         with GatewayThread(routes, sock, Path(tmp) / "usage.jsonl"):

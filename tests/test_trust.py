@@ -75,7 +75,7 @@ def test_superset_refuses_removals() -> None:
 
 
 def test_subset_names_secrets_by_name() -> None:
-    from sono.config import Secret
+    from sono.net.secrets import Secret
 
     mine = Secret("GH", "GH_TOKEN", None, ("api.github.com",))
     theirs = Secret("KEY", None, "/root/.ssh/id_ed25519", ("evil.example",))

@@ -28,6 +28,7 @@ from typing import TypeVar
 
 from sono import trust as t
 from sono.errors import ConfigError
+from sono.net.secrets import Secret
 from sono.textsafe import for_terminal
 from sono.trust import Rule, TrustStore
 
@@ -275,19 +276,6 @@ def _paths(value: object) -> tuple[str, ...]:
 
 
 _SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-@dataclass(frozen=True)
-class Secret:
-    """A named value from the host (env var or file) that may be sent only to ``hosts``."""
-
-    name: str
-    env: str | None
-    file: str | None
-    hosts: tuple[str, ...]
-    # The request headers whose values may carry it (lower-case); () = the defaults of
-    # :data:`sono.net.secrets.DEFAULT_HEADERS`.
-    headers: tuple[str, ...] = ()
 
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")

@@ -33,7 +33,7 @@ from sono.workspace import (
 )
 
 if TYPE_CHECKING:
-    from sono.config import Secret
+    from sono.net.secrets import Secret
 
 WORKSPACE_MODES = ("auto", "overlay", "copy")
 

@@ -46,12 +46,11 @@ from sono.backends.microvm import (
     shell_argv,
     volume_id,
 )
-from sono.config import Secret
 from sono.errors import SoError
 from sono.kvm import Support
 from sono.limits import Limits
 from sono.net import policy as ours
-from sono.net.secrets import BoundSecret
+from sono.net.secrets import BoundSecret, Secret
 
 REF = "so-runner:0123456789abcdef"
 PVM = "/dev/kvm exists but comes from kvm_pvm (paravirtual KVM without VT-x/AMD-V): ..."

@@ -3,6 +3,7 @@ tiny local TCP servers and a fake resolver."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import json
@@ -19,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from sono.net.gateway import ChunkedDecoder
+from sono.net.http1 import ChunkedBody
 from sono.net.policy import IPAddress
 
 TIMEOUT_S = 10.0
@@ -95,10 +96,25 @@ def parse_response(raw: bytes) -> Response:
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
     if headers.get("transfer-encoding", "").lower() == "chunked":
-        decoder = ChunkedDecoder()
-        body = decoder.feed(body)
-        assert decoder.done, "chunked body not terminated"
+        body = dechunk(body)
     return Response(status, headers, body, raw)
+
+
+def dechunk(data: bytes, max_size: int | None = None) -> bytes:
+    """The payload of the chunked body ``data`` (which must end it), read by so's own
+    :class:`~sono.net.http1.ChunkedBody`."""
+
+    async def read() -> bytes:
+        reader = asyncio.StreamReader()
+        reader.feed_data(data)
+        reader.feed_eof()
+        body = ChunkedBody(reader, TIMEOUT_S, max_size)
+        parts = []
+        while piece := await body.read():
+            parts.append(piece)
+        return b"".join(parts)
+
+    return asyncio.run(read())
 
 
 def exchange(path: Path, request: bytes) -> Response:

@@ -37,7 +37,7 @@ from net_helpers import (
     unix_connect,
 )
 
-from sono.config import Secret, load_config
+from sono.config import load_config
 from sono.errors import SoError
 from sono.net.policy import NetworkPolicy
 from sono.net.proxy import ProxyThread
@@ -45,10 +45,10 @@ from sono.net.secrets import (
     DEFAULT_HEADERS,
     BoundSecret,
     Scrubber,
+    Secret,
     Unbound,
     resolve,
     sandbox_env,
-    substitute,
     substitute_headers,
 )
 from sono.net.session import NetSession, gateway_for, session_for
@@ -260,7 +260,7 @@ class Setup:
     pki: Pki
     bound: list[BoundSecret]
 
-    def proxy(self, *, substitute_body: bool = False) -> ProxyThread:
+    def proxy(self) -> ProxyThread:
         return ProxyThread(
             POLICY,
             self.sock,
@@ -268,7 +268,6 @@ class Setup:
             self.resolver,
             secrets=self.bound,
             upstream_ssl=self.pki.client,
-            substitute_body=substitute_body,
         )
 
     def placeholder(self, name: str) -> str:
@@ -379,15 +378,6 @@ def test_values_that_a_header_cannot_carry_are_refused() -> None:
         resolve([Secret("T", "V", None, (API,))], {"V": "two\nlines"})
 
 
-def test_substitute_replaces_bound_and_refuses_unbound() -> None:
-    gh, other = resolve(SECRETS, {**HOST_ENV, "HOST_GH": "so-secret-x"})
-    data = f"a {gh.placeholder} b {gh.placeholder}".encode()
-    assert substitute(data, [gh, other], API) == b"a so-secret-x b so-secret-x"
-    assert substitute(b"nothing here", [gh, other], "anywhere.test") == b"nothing here"
-    with pytest.raises(Unbound, match=f"secret OTHER_TOKEN is not bound to {API}"):
-        substitute(f"{gh.placeholder} {other.placeholder}".encode(), [gh, other], API)
-
-
 # --- the CA ------------------------------------------------------------------------------
 
 
@@ -435,7 +425,7 @@ def test_session_writes_the_ca_certificate_but_never_a_private_key() -> None:
 
 def test_session_for_gives_placeholders_and_trust_but_never_values(tmp_path: Path) -> None:
     host_env = {**HOST_ENV, "COPY_OF_GH": "ghp_real_value", "PATH": "/usr/bin"}
-    policy = NetworkPolicy("allowlist", allow=HOSTS)
+    policy = NetworkPolicy("allowlist", HOSTS)
     session, gatewayed = session_for(tmp_path / "net", policy, SECRETS, host_env)
     env = gatewayed.env
     assert PLACEHOLDER_RE.fullmatch(env["GH_TOKEN"])
@@ -510,21 +500,17 @@ def test_keep_alive_serves_several_requests_on_one_connection(setup: Setup) -> N
     assert upstream.connections == 1
 
 
-def test_bodies_are_not_substituted_unless_asked(setup: Setup) -> None:
+def test_bodies_are_not_substituted(setup: Setup) -> None:
     placeholder = setup.placeholder("GH_TOKEN")
     body = f'{{"token": "{placeholder}"}}'.encode()
-    for substitute_body, expected in ((False, body), (True, b'{"token": "ghp_real_value"}')):
-        with (
-            HTTPSUpstream(setup.pki.server) as upstream,
-            setup.proxy(substitute_body=substitute_body) as proxy,
-        ):
-            conn = https(proxy, setup.sock, API, upstream.port, session_trust(proxy, setup.dir))
-            conn.request("POST", "/fixed", body=body)
-            conn.getresponse().read()
-            conn.request("POST", "/chunked", body=iter([body[:10], body[10:]]))
-            conn.getresponse().read()
-            conn.close()
-        assert [s.body for s in upstream.seen] == [expected, expected]
+    with HTTPSUpstream(setup.pki.server) as upstream, setup.proxy() as proxy:
+        conn = https(proxy, setup.sock, API, upstream.port, session_trust(proxy, setup.dir))
+        conn.request("POST", "/fixed", body=body)
+        conn.getresponse().read()
+        conn.request("POST", "/chunked", body=iter([body[:10], body[10:]]))
+        conn.getresponse().read()
+        conn.close()
+    assert [s.body for s in upstream.seen] == [body, body]
 
 
 def test_a_placeholder_sent_to_another_host_is_refused_and_logged(setup: Setup) -> None:

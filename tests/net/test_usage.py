@@ -1,4 +1,4 @@
-"""Usage parsing of model API bodies, and the chunked decoder the gateway frames with."""
+"""Usage parsing of model API bodies."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from sono.net.gateway import ChunkedDecoder
 from sono.net.usage import Tokens, UsageParser, measure
 
 
@@ -143,45 +142,6 @@ def test_unreadable_bodies_give_no_usage_and_never_raise(
 def test_one_bad_sse_event_does_not_hide_the_rest() -> None:
     body = b"data: {not json\n\n" + ANTHROPIC_SSE
     assert parse(body, "text/event-stream").output_tokens == 77
-
-
-# --- ChunkedDecoder ---------------------------------------------------------------------------
-
-
-def chunked(*pieces: bytes, trailer: bytes = b"") -> bytes:
-    body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces)
-    return body + b"0\r\n" + trailer + b"\r\n"
-
-
-def test_chunked_decoder_byte_by_byte_with_extensions_trailers_and_rest() -> None:
-    wire = chunked(b"hello ", b"chunked ", b"world", trailer=b"X-Trailer: 1\r\n")
-    wire = wire.replace(b"6\r\n", b"6;name=value\r\n", 1) + b"NEXT"
-    decoder = ChunkedDecoder()
-    out = b""
-    for i in range(len(wire)):
-        if decoder.done:
-            break
-        out += decoder.feed(wire[i : i + 1])
-    assert out == b"hello chunked world"
-    assert decoder.done
-    whole = ChunkedDecoder()
-    assert whole.feed(wire) == b"hello chunked world"
-    assert whole.rest == b"NEXT"
-
-
-@pytest.mark.parametrize(
-    "wire",
-    [
-        b"zz\r\nabc\r\n",
-        b"3\r\nabcX\r\n",
-        b"1" * 20000,
-        b"-1\r\n",
-        b"3\r\nabc\r\n0\r\n" + b"t" * 9000,
-    ],
-)
-def test_chunked_decoder_rejects_malformed_framing(wire: bytes) -> None:
-    with pytest.raises(ValueError):
-        ChunkedDecoder().feed(wire)
 
 
 # --- what the budget trusts ------------------------------------------------------------------

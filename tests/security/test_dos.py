@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from hostile import HostileUser, Outcome
 
-from sono.net.proxy import BACKLOG, MAX_CONNECTIONS
+from sono.net.server import BACKLOG, MAX_CONNECTIONS
 
 pytestmark = pytest.mark.integration
 

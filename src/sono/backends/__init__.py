@@ -11,8 +11,8 @@ from sono.backends.base import Backend
 from sono.errors import SoError
 
 if TYPE_CHECKING:
-    from sono.config import Secret
     from sono.net.policy import NetworkPolicy
+    from sono.net.secrets import Secret
 
 BACKENDS = ("bwrap", "docker", "microvm")
 PLANNED: tuple[str, ...] = ()

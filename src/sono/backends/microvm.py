@@ -60,8 +60,7 @@ from sono.net.session import proxy_env as _proxy_env
 if TYPE_CHECKING:
     from microsandbox import MountConfig, Network, SecretEntry
 
-    from sono.config import Secret
-    from sono.net.secrets import BoundSecret
+    from sono.net.secrets import BoundSecret, Secret
 
 AGENT_UID = AGENT_GID = 1000
 GUEST_HOME = "/home/agent"

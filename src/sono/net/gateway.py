@@ -15,7 +15,8 @@ anthropic``) with a placeholder key. For each request the gateway
    ``proxy-authorization``, ``api-key``) and hop-by-hop headers, injects the route's real
    key (``x-api-key: KEY`` or ``authorization: Bearer KEY``, per ``Route.auth``), sets
    ``Host`` to the upstream's, and asks for an uncompressed response;
-3. forwards the body (``Content-Length`` or chunked, streamed) to the upstream over HTTPS
+3. forwards the body (``Content-Length`` or chunked, streamed; chunked framing is
+   :class:`sono.net.http1.ChunkedBody`'s, strict and bounded) to the upstream over HTTPS
    (the default SSL context, honouring ``SSL_CERT_FILE``) or plain HTTP; unreachable:
    ``502`` JSON;
 4. streams the response back unbuffered, each piece written as soon as it arrives (SSE
@@ -44,29 +45,29 @@ import os
 import re
 import ssl
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import urlsplit
 
-from sono.net.proxy import (
-    BUFFER,
+from sono.net.http1 import (
     HEAD_TIMEOUT_S,
     HOP_BY_HOP,
     MAX_HEAD,
+    BodyError,
     Head,
     HttpError,
-    ServerThread,
-    UnixServer,
-    append_json_line,
-    close_writer,
-    now_iso,
+    body_framing,
+    copy_chunked,
+    copy_exact,
+    copy_to_eof,
     parse_head,
     read_head,
     render_head,
     simple_response,
 )
+from sono.net.server import ServerThread, UnixServer, append_json_line, close_writer, now_iso
 from sono.net.usage import UsageParser
 from sono.textsafe import one_line
 
@@ -110,7 +111,6 @@ API_ENDPOINTS: dict[ApiKind, frozenset[tuple[str, str]]] = {
 }
 
 _MODEL_RE = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
-_SIZE_RE = re.compile(rb"[0-9a-fA-F]{1,16}")
 _SEGMENT_RE = re.compile(r"[A-Za-z0-9_-]+(?:[.:@][A-Za-z0-9_-]+)*")  # no dot segments
 _QUERY_RE = re.compile(r"[A-Za-z0-9._~%&=+,:@/!$'()*-]*")
 
@@ -188,65 +188,6 @@ def default_ssl_context() -> ssl.SSLContext:
     return context
 
 
-class ChunkedDecoder:
-    """Incremental ``Transfer-Encoding: chunked`` decoder: :meth:`feed` returns the payload
-    bytes decoded so far; ``done`` after the last chunk and trailers, with any bytes past
-    the end in ``rest``. Malformed framing raises ``ValueError``."""
-
-    def __init__(self) -> None:
-        self._buf = b""
-        self._left = 0
-        self._state: Literal["size", "data", "crlf", "trailer"] = "size"
-        self.done = False
-        self.rest = b""
-
-    def feed(self, data: bytes) -> bytes:
-        self._buf += data
-        out: list[bytes] = []
-        while not self.done and self._step(out):
-            pass
-        return b"".join(out)
-
-    def _step(self, out: list[bytes]) -> bool:
-        """Advance one state; False when more input is needed."""
-        if self._state == "data":
-            if not self._buf:
-                return False
-            piece, self._buf = self._buf[: self._left], self._buf[self._left :]
-            out.append(piece)
-            self._left -= len(piece)
-            if self._left == 0:
-                self._state = "crlf"
-            return True
-        if self._state == "crlf":
-            if len(self._buf) < 2:
-                return False
-            if self._buf[:2] != b"\r\n":
-                raise ValueError("chunk not followed by CRLF")
-            self._buf, self._state = self._buf[2:], "size"
-            return True
-        return self._line()
-
-    def _line(self) -> bool:
-        """A chunk-size or trailer line."""
-        end = self._buf.find(b"\r\n")
-        if end < 0:
-            if len(self._buf) > 8192:
-                raise ValueError("chunk size or trailer line too long")
-            return False
-        line, self._buf = self._buf[:end], self._buf[end + 2 :]
-        if self._state == "trailer":
-            if not line:
-                self.done, self.rest, self._buf = True, self._buf, b""
-            return True
-        size = line.split(b";", 1)[0].strip()
-        if not _SIZE_RE.fullmatch(size):
-            raise ValueError(f"bad chunk size {size[:20]!r}")
-        self._left = int(size, 16)
-        self._state = "data" if self._left else "trailer"
-        return True
-
-
 @dataclass
 class _Exchange:
     """What the usage line records about one request."""
@@ -297,21 +238,14 @@ class Gateway(UnixServer):
         routes: Sequence[Route],
         socket_path: Path | str,
         usage_log: Path | str,
-        *,
-        ssl_context: ssl.SSLContext | None = None,
-        connect_timeout: float = CONNECT_TIMEOUT_S,
-        upstream_idle: float = UPSTREAM_IDLE_S,
     ) -> None:
         prefixes = [r.prefix for r in routes]
         if len(set(prefixes)) != len(prefixes):
             raise ValueError("two gateway routes share a prefix")
+        super().__init__(socket_path)
         self.routes = sorted(routes, key=lambda r: len(r.prefix), reverse=True)
-        self.socket_path = Path(socket_path)
         self.usage_log = Path(usage_log)
-        self._ssl = ssl_context
-        self._connect_timeout = connect_timeout
-        self._upstream_idle = upstream_idle
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._ssl: ssl.SSLContext | None = None
 
     def route_for(self, path: str) -> Route | None:
         return next((r for r in self.routes if r.matches(path)), None)
@@ -323,9 +257,6 @@ class Gateway(UnixServer):
         await self._listen(self._handle)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
         exchange: _Exchange | None = None
         try:
             raw = await read_head(reader, HEAD_TIMEOUT_S)
@@ -345,7 +276,6 @@ class Gateway(UnixServer):
         except (OSError, TimeoutError, asyncio.IncompleteReadError):
             pass  # the client went away: the usage line still records what was seen
         finally:
-            self._tasks.discard(task)
             if exchange is not None:
                 append_json_line(self.usage_log, exchange.record())
             await close_writer(writer)
@@ -368,7 +298,7 @@ class Gateway(UnixServer):
         refused = route.refusal(method, path, query)
         if refused is not None:
             raise HttpError(*refused)
-        chunked, length = _request_framing(head)
+        chunked, length = body_framing(head)
         if length is not None and length > MAX_REQUEST_BODY:
             raise HttpError(413, f"request body over {MAX_REQUEST_BODY} bytes")
         if "100-continue" in head.tokens("expect"):
@@ -409,7 +339,7 @@ class Gateway(UnixServer):
                     server_hostname=host if https else None,
                     limit=MAX_HEAD,
                 ),
-                self._connect_timeout,
+                CONNECT_TIMEOUT_S,
             )
         except (OSError, TimeoutError) as exc:
             reason = str(exc) or type(exc).__name__
@@ -442,7 +372,7 @@ class Gateway(UnixServer):
         """The final response head (interim 1xx heads are skipped)."""
         while True:
             try:
-                raw = await read_head(up_reader, self._upstream_idle, "response")
+                raw = await read_head(up_reader, UPSTREAM_IDLE_S, "response")
             except HttpError as exc:
                 raise HttpError(502, f"upstream: {exc.message}") from None
             if not raw:
@@ -458,48 +388,31 @@ class Gateway(UnixServer):
         writer: asyncio.StreamWriter,
         parser: UsageParser,
     ) -> None:
-        """Copy the body as it arrives, framing untouched, until its end (by chunked
-        framing, Content-Length, or the upstream closing); the parser reads a copy."""
-        decoder = ChunkedDecoder() if "chunked" in head.tokens("transfer-encoding") else None
+        """Copy the body as it arrives until its end (by chunked framing, framed anew;
+        Content-Length; or the upstream closing); the parser reads a copy. Malformed
+        upstream framing ends the connection: the client sees a short body."""
+        tap = _Tap(parser.feed)
         length = head.get("content-length")
-        left = int(length) if decoder is None and length and length.isdigit() else -1
-        while left != 0:
-            data = await asyncio.wait_for(up_reader.read(BUFFER), self._upstream_idle)
-            if not data:
-                return
-            if decoder is not None:
-                try:
-                    payload = decoder.feed(data)
-                except ValueError:
-                    return  # malformed upstream framing: stop; the client sees a short body
-                data = data[: len(data) - len(decoder.rest)]
-            elif left > 0:
-                data = payload = data[:left]
-                left -= len(data)
-            else:
-                payload = data
-            writer.write(data)
-            await writer.drain()
-            parser.feed(payload)
-            if decoder is not None and decoder.done:
-                return
+        if "chunked" in head.tokens("transfer-encoding"):
+            await copy_chunked(up_reader, writer, UPSTREAM_IDLE_S, tap)
+        elif length is not None and length.isdigit():
+            await copy_exact(up_reader, writer, int(length), UPSTREAM_IDLE_S, tap)
+        else:
+            await copy_to_eof(up_reader, writer, UPSTREAM_IDLE_S, tap)
 
 
-def _request_framing(head: Head) -> tuple[bool, int | None]:
-    """(chunked?, content length) of the client's body; ambiguous framing is a 400."""
-    codings = head.tokens("transfer-encoding")
-    lengths = {v.strip() for v in head.values("content-length")}
-    if codings and lengths:
-        raise HttpError(400, "both Transfer-Encoding and Content-Length")
-    if codings:
-        if codings != {"chunked"}:
-            raise HttpError(501, f"unsupported Transfer-Encoding {', '.join(sorted(codings))}")
-        return True, None
-    if not lengths:
-        return False, None
-    if len(lengths) > 1 or not all(v.isdigit() for v in lengths):
-        raise HttpError(400, "malformed Content-Length")
-    return False, int(lengths.pop())
+class _Tap:
+    """A body filter that passes everything on unchanged and shows each piece to ``see``."""
+
+    def __init__(self, see: Callable[[bytes], object]) -> None:
+        self._see = see
+
+    def feed(self, data: bytes) -> bytes:
+        self._see(data)
+        return data
+
+    def flush(self) -> bytes:
+        return b""
 
 
 def _forwardable(head: Head) -> Iterable[tuple[str, str]]:
@@ -514,36 +427,26 @@ async def _send_body(
     chunked: bool,
     length: int | None,
 ) -> str | None:
-    """Stream the request body upstream (re-chunked when chunked); returns the request's
-    ``"model"`` when it appears in the first :data:`MODEL_SNIFF` bytes."""
+    """Stream the request body upstream (re-chunked when chunked, at most
+    :data:`MAX_REQUEST_BODY` bytes); returns the request's ``"model"`` when it appears in
+    the first :data:`MODEL_SNIFF` bytes."""
     sniff = bytearray()
-    decoder = ChunkedDecoder() if chunked else None
-    left = length or 0
-    sent = 0
-    while decoder is not None or left > 0:
-        data = await asyncio.wait_for(reader.read(min(BUFFER, left) or BUFFER), CLIENT_IDLE_S)
-        if not data:
-            raise HttpError(400, "request body ended early")
-        if decoder is None:
-            left -= len(data)
-            payload = data
-            up_writer.write(data)
-        else:
-            try:
-                payload = decoder.feed(data)
-            except ValueError as exc:
-                raise HttpError(400, f"bad chunked body: {exc}") from None
-            sent += len(payload)
-            if sent > MAX_REQUEST_BODY:  # the upstream sees a cut-off body and no end
-                raise HttpError(413, f"request body over {MAX_REQUEST_BODY} bytes")
-            if payload:
-                up_writer.write(b"%x\r\n%s\r\n" % (len(payload), payload))
-            if decoder.done:
-                up_writer.write(b"0\r\n\r\n")
-                decoder = None
+
+    def see(data: bytes) -> None:
         if len(sniff) < MODEL_SNIFF:
-            sniff += payload[: MODEL_SNIFF - len(sniff)]
-        await up_writer.drain()
+            sniff.extend(data[: MODEL_SNIFF - len(sniff)])
+
+    try:
+        if chunked:  # past the limit the upstream sees a cut-off body and no end
+            await copy_chunked(
+                reader, up_writer, CLIENT_IDLE_S, _Tap(see), max_size=MAX_REQUEST_BODY
+            )
+        elif length:
+            await copy_exact(reader, up_writer, length, CLIENT_IDLE_S, _Tap(see))
+        else:
+            await up_writer.drain()
+    except BodyError as exc:
+        raise HttpError(400, f"bad request body: {exc}") from None
     match = _MODEL_RE.search(sniff)
     return match.group(1).decode("utf-8", "replace") if match else None
 
@@ -556,8 +459,6 @@ class GatewayThread(ServerThread):
         routes: Sequence[Route],
         socket_path: Path | str,
         usage_log: Path | str,
-        *,
-        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        self.gateway = Gateway(routes, socket_path, usage_log, ssl_context=ssl_context)
+        self.gateway = Gateway(routes, socket_path, usage_log)
         super().__init__(self.gateway, "so-net-gateway")

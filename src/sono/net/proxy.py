@@ -23,7 +23,7 @@ TLS itself with a certificate for the host from the session's
 :class:`sono.net.tls.SessionCA` (ALPN ``http/1.1`` only). It then reads the HTTP/1.1
 requests of the connection one by one (keep-alive), replaces the placeholders of secrets
 bound to that host in the values of the headers each is bound to
-(:func:`sono.net.secrets.substitute_headers`; bodies only with ``substitute_body=True``;
+(:func:`sono.net.secrets.substitute_headers`; bodies pass untouched;
 anywhere else, header names and the request line included, a logged ``403``), checks the
 TLS server name and every ``Host`` against the host (no fronting), re-frames chunked
 bodies strictly (chunk extensions and bare LFs refused, trailers dropped), asks for
@@ -35,33 +35,45 @@ connection of its own to one of the checked addresses (verified with the default
 context, which honours ``SSL_CERT_FILE``), streaming each response back as it arrives.
 The upstream is connected only once a request has passed. A placeholder in a plain-HTTP
 request is refused too: secrets go only over HTTPS.
-
-:class:`ProxyThread` runs it on its own event loop thread for synchronous callers;
-:class:`ServerThread` and the small HTTP/1.1 head helpers are shared with
-:mod:`sono.net.gateway`.
+:class:`ProxyThread` runs it on its own event loop thread for synchronous callers. The
+HTTP/1.1 framing is :mod:`sono.net.http1`, the socket and thread plumbing
+:mod:`sono.net.server`, both shared with :mod:`sono.net.gateway`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import ipaddress
 import json
-import logging
-import re
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from http import HTTPStatus
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, Self
+from typing import TYPE_CHECKING, NoReturn
 from urllib.parse import urlsplit
 
+from sono.net.http1 import (
+    BUFFER,
+    HEAD_TIMEOUT_S,
+    HOP_BY_HOP,
+    MAX_HEAD,
+    Head,
+    HttpError,
+    body_framing,
+    copy_chunked,
+    copy_exact,
+    copy_to_eof,
+    keeps_alive,
+    parse_head,
+    read_head,
+    render_head,
+    simple_response,
+    split_authority,
+)
 from sono.net.policy import IPAddress, NetworkPolicy, decide, normalize_host, precheck
 from sono.net.secrets import (
     BoundSecret,
@@ -69,30 +81,23 @@ from sono.net.secrets import (
     Unbound,
     bound_to,
     placeholders_in,
-    substitute,
     substitute_headers,
+)
+from sono.net.server import (
+    CLOSE_GRACE_S,
+    ServerThread,
+    UnixServer,
+    close_writer,
+    finish_writer,
+    now_iso,
 )
 
 if TYPE_CHECKING:
     from sono.net.tls import SessionCA
 
-log = logging.getLogger("sono.net")
-
-MAX_HEAD = 64 * 1024
-HEAD_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 30.0
 RESOLVE_TIMEOUT_S = 30.0
 IDLE_TIMEOUT_S = 600.0
-CLOSE_GRACE_S = 5.0
-BUFFER = 64 * 1024
-MAX_SUBSTITUTED_BODY = 8 * 1024 * 1024
-MAX_TRAILERS = 32
-# Everything the sandbox sends is hostile input, and these servers run in the host's `so`:
-# at most this many connections are served at once per server (more wait in the kernel's
-# backlog, and beyond it are refused), so a flood cannot use up the process's descriptors.
-MAX_CONNECTIONS = 128
-BACKLOG = 256
-ACCEPT_PAUSE_S = 0.2  # after a failed accept (EMFILE, ENFILE, ENOBUFS): rest, then go on
 # The denial log: fields are cut, a repeated denial is counted rather than written again,
 # at most MAX_DENY_KEYS distinct ones are logged one by one, and once MAX_DENY_LOG_BYTES
 # have been written only one summary line per flush is.
@@ -105,130 +110,6 @@ CONNECT_OK = b"HTTP/1.1 200 Connection Established\r\n\r\n"
 
 Resolver = Callable[[str, int], Awaitable[Sequence[IPAddress]]]
 
-_TOKEN_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_VERSION_RE = re.compile(r"HTTP/1\.[01]")
-_BAD_VALUE_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
-_CHUNK_SIZE_RE = re.compile(rb"[0-9A-Fa-f]{1,16}")
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "proxy-authorization",
-        "proxy-authenticate",
-        "te",
-        "trailer",
-        "upgrade",
-    }
-)
-
-
-# --- HTTP/1.1 heads (shared with the gateway) ------------------------------------------
-
-
-class HttpError(Exception):
-    """Answer the client ``status`` with ``message`` and close."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-@dataclass(frozen=True)
-class Head:
-    """A request head (``start`` = method, target, version) or a response head
-    (``start`` = version, status, reason); header names keep their case."""
-
-    start: tuple[str, str, str]
-    headers: tuple[tuple[str, str], ...]
-
-    def values(self, name: str) -> list[str]:
-        lower = name.lower()
-        return [v for k, v in self.headers if k.lower() == lower]
-
-    def get(self, name: str) -> str | None:
-        found = self.values(name)
-        return found[0] if found else None
-
-    def tokens(self, name: str) -> set[str]:
-        """Comma-separated tokens of every ``name`` header, lower-cased."""
-        return {t.strip().lower() for v in self.values(name) for t in v.split(",") if t.strip()}
-
-
-async def read_head(reader: asyncio.StreamReader, timeout: float, what: str = "request") -> bytes:
-    """Bytes up to and including the blank line; ``b""`` on EOF before the first byte.
-    The reader's ``limit`` caps the size (431 beyond it)."""
-    try:
-        return await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
-    except asyncio.IncompleteReadError as exc:
-        if not exc.partial:
-            return b""
-        raise HttpError(400, f"incomplete {what} head") from None
-    except asyncio.LimitOverrunError:
-        raise HttpError(431, f"{what} head larger than {MAX_HEAD} bytes") from None
-    except TimeoutError:
-        raise HttpError(408, f"no complete {what} head within {timeout:g}s") from None
-
-
-def parse_head(data: bytes, *, response: bool = False) -> Head:
-    """Strict parse: CRLF line ends, token header names, no folding, no control bytes."""
-    lines = data.decode("latin-1").removesuffix("\r\n\r\n").split("\r\n")
-    if any("\n" in line or "\r" in line for line in lines):
-        raise HttpError(400, "bare CR or LF in head")
-    parts = lines[0].split(" ", 2)
-    if response:
-        if len(parts) < 2 or not _VERSION_RE.fullmatch(parts[0]) or not parts[1].isdigit():
-            raise HttpError(502, "malformed response status line")
-        start = (parts[0], parts[1], parts[2] if len(parts) > 2 else "")
-    else:
-        if len(parts) != 3 or not _TOKEN_RE.fullmatch(parts[0]) or " " in parts[2]:
-            raise HttpError(400, "malformed request line")
-        if not _VERSION_RE.fullmatch(parts[2]) or not parts[1]:
-            raise HttpError(400, "malformed request line (HTTP/1.0 or 1.1 only)")
-        start = (parts[0], parts[1], parts[2])
-    headers: list[tuple[str, str]] = []
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if not sep or not _TOKEN_RE.fullmatch(name):
-            raise HttpError(400, f"malformed header line {line[:80]!r}")
-        value = value.strip(" \t")
-        if _BAD_VALUE_RE.search(value):
-            raise HttpError(400, f"control character in header {name}")
-        headers.append((name, value))
-    return Head(start, tuple(headers))
-
-
-def render_head(start: str, headers: Iterable[tuple[str, str]]) -> bytes:
-    lines = [start, *(f"{k}: {v}" for k, v in headers)]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
-def simple_response(status: int, body: str, content_type: str = "text/plain") -> bytes:
-    """A complete ``Connection: close`` response."""
-    data = body.encode()
-    head = render_head(
-        f"HTTP/1.1 {status} {_phrase(status)}",
-        [
-            ("Content-Type", f"{content_type}; charset=utf-8"),
-            ("Content-Length", str(len(data))),
-            ("Connection", "close"),
-        ],
-    )
-    return head + data
-
-
-def split_authority(text: str) -> tuple[str, int | None] | None:
-    """``host``, ``host:port``, ``[v6]:port`` → (host, port or None); None if malformed."""
-    if not text or any(c in text for c in "/@?#\\ \t"):
-        return None
-    try:
-        parts = urlsplit("//" + text)
-        host, port = parts.hostname, parts.port
-    except ValueError:
-        return None
-    return (host, port) if host else None
-
 
 def same_host(header: str, host: str, port: int) -> bool:
     """Does a ``Host`` header name ``host:port``? A header without a port matches any."""
@@ -240,16 +121,6 @@ def same_host(header: str, host: str, port: int) -> bool:
     if target is None or normalize_host(name) != target:
         return False
     return header_port is None or header_port == port
-
-
-def now_iso() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
-
-
-def append_json_line(path: Path, record: dict[str, object]) -> None:
-    """One line, written and flushed at once (readers may tail the file)."""
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
 def clip(text: str, limit: int) -> str:
@@ -312,33 +183,6 @@ class DenyLog:
         self.written += len(line)
 
 
-async def close_writer(writer: asyncio.StreamWriter) -> None:
-    writer.close()
-    with contextlib.suppress(Exception):
-        await writer.wait_closed()
-
-
-async def finish_writer(writer: asyncio.StreamWriter) -> None:
-    """Close ``writer`` within :data:`CLOSE_GRACE_S` (TLS waits for the peer's
-    close_notify), else abort it; abort at once when the current task is being
-    cancelled (the server is closing)."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        writer.transport.abort()
-        return
-    try:
-        await asyncio.wait_for(close_writer(writer), CLOSE_GRACE_S)
-    except TimeoutError:
-        writer.transport.abort()
-
-
-def _phrase(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Error"
-
-
 # --- splicing ----------------------------------------------------------------------------
 
 
@@ -351,14 +195,13 @@ async def _pump(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     activity: _Activity,
-    idle: float,
 ) -> None:
     """Copy until EOF, then half-close ``writer``. Idle only when *both* directions are."""
     while True:
         try:
-            data = await asyncio.wait_for(reader.read(BUFFER), idle)
+            data = await asyncio.wait_for(reader.read(BUFFER), IDLE_TIMEOUT_S)
         except TimeoutError:
-            if time.monotonic() - activity.last < idle:
+            if time.monotonic() - activity.last < IDLE_TIMEOUT_S:
                 continue
             raise
         if not data:
@@ -374,186 +217,35 @@ async def _pump(
 async def splice(
     client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
     upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-    *,
-    idle: float = IDLE_TIMEOUT_S,
-    grace: float = CLOSE_GRACE_S,
 ) -> None:
-    """Copy both ways until both ends are done. When the upstream finishes first the
-    client gets ``grace`` seconds to finish too; an error on either side ends both."""
+    """Copy both ways until both ends are done (idle when neither moved for
+    :data:`IDLE_TIMEOUT_S`). When the upstream finishes first the client gets
+    :data:`~sono.net.server.CLOSE_GRACE_S` to finish too; an error on either side ends
+    both."""
     activity = _Activity()
-    up = asyncio.create_task(_pump(client[0], upstream[1], activity, idle))
-    down = asyncio.create_task(_pump(upstream[0], client[1], activity, idle))
+    up = asyncio.create_task(_pump(client[0], upstream[1], activity))
+    down = asyncio.create_task(_pump(upstream[0], client[1], activity))
     try:
         await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
         if up.done() and up.exception() is None and not down.done():
             await asyncio.wait({down})
         elif down.done() and down.exception() is None and not up.done():
-            await asyncio.wait({up}, timeout=grace)
+            await asyncio.wait({up}, timeout=CLOSE_GRACE_S)
     finally:
         for task in (up, down):
             task.cancel()
         await asyncio.gather(up, down, return_exceptions=True)
 
 
-# --- relaying HTTP/1.1 messages (interception) -------------------------------------------
-
-
-async def _line(reader: asyncio.StreamReader, idle: float) -> bytes:
-    """One CRLF-terminated line (chunk size or trailer) with no other CR or LF in it."""
-    try:
-        line = await asyncio.wait_for(reader.readuntil(b"\r\n"), idle)
-    except asyncio.LimitOverrunError:
-        raise ConnectionError("chunked framing line too long") from None
-    if b"\n" in line[:-2] or b"\r" in line[:-2]:
-        raise ConnectionError("bare CR or LF in chunked framing")
-    return line
-
-
-def _chunk_size(line: bytes) -> int:
-    """Strict: hex digits and CRLF only. Chunk extensions are refused: servers disagree
-    on where they end, which is how a body smuggles a second request."""
-    size = line[:-2]
-    if not _CHUNK_SIZE_RE.fullmatch(size):
-        raise ConnectionError(f"bad chunk size line {size[:20]!r} (no extensions)")
-    return int(size, 16)
-
-
-async def _skip_trailers(reader: asyncio.StreamReader, idle: float) -> None:
-    """Read the trailer section after the last chunk and drop it (never forwarded)."""
-    for _ in range(MAX_TRAILERS + 1):
-        if await _line(reader, idle) == b"\r\n":
-            return
-    raise ConnectionError(f"more than {MAX_TRAILERS} trailer lines")
-
-
-async def _copy_exact(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    size: int,
-    idle: float,
-    scrubber: Scrubber | None = None,
-) -> None:
-    """Copy ``size`` bytes, each piece written as soon as it arrives (through
-    ``scrubber`` when given: same length out)."""
-    while size > 0:
-        data = await asyncio.wait_for(reader.read(min(BUFFER, size)), idle)
-        if not data:
-            raise ConnectionError("connection closed in the middle of a body")
-        size -= len(data)
-        writer.write(scrubber.feed(data) if scrubber else data)
-        await writer.drain()
-    if scrubber:
-        writer.write(scrubber.flush())
-        await writer.drain()
-
-
-async def _copy_chunked(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    idle: float,
-    scrubber: Scrubber | None = None,
-) -> None:
-    """Copy a chunked body up to its end, framed anew: the receiver sees only
-    ``SIZE CRLF data CRLF`` chunks and an empty trailer section, whatever the sender
-    wrote (extensions and bare LFs are refused, trailers dropped)."""
-
-    def chunk(data: bytes) -> None:
-        if data:
-            writer.write(b"%x\r\n%s\r\n" % (len(data), data))
-
-    while size := _chunk_size(await _line(reader, idle)):
-        while size > 0:
-            data = await asyncio.wait_for(reader.read(min(BUFFER, size)), idle)
-            if not data:
-                raise ConnectionError("connection closed in the middle of a chunk")
-            size -= len(data)
-            chunk(scrubber.feed(data) if scrubber else data)
-            await writer.drain()
-        crlf = await asyncio.wait_for(reader.readexactly(2), idle)
-        if crlf != b"\r\n":
-            raise ConnectionError("chunk not followed by CRLF")
-    await _skip_trailers(reader, idle)
-    if scrubber:
-        chunk(scrubber.flush())
-    writer.write(b"0\r\n\r\n")
-    await writer.drain()
-
-
-async def _copy_to_eof(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    idle: float,
-    scrubber: Scrubber | None = None,
-) -> None:
-    while data := await asyncio.wait_for(reader.read(BUFFER), idle):
-        writer.write(scrubber.feed(data) if scrubber else data)
-        await writer.drain()
-    if scrubber:
-        writer.write(scrubber.flush())
-        await writer.drain()
-
-
-async def _read_body(
-    reader: asyncio.StreamReader, chunked: bool, length: int | None, idle: float
-) -> bytes:
-    """A whole request body (de-chunked, trailers dropped), at most
-    :data:`MAX_SUBSTITUTED_BODY` bytes (``413`` beyond)."""
-    too_big = HttpError(
-        413, f"request bodies over {MAX_SUBSTITUTED_BODY} bytes cannot have secrets substituted"
-    )
-    if not chunked:
-        if (length or 0) > MAX_SUBSTITUTED_BODY:
-            raise too_big
-        return await asyncio.wait_for(reader.readexactly(length or 0), idle)
-    parts: list[bytes] = []
-    total = 0
-    while size := _chunk_size(await _line(reader, idle)):
-        total += size
-        if total > MAX_SUBSTITUTED_BODY:
-            raise too_big
-        parts.append(await asyncio.wait_for(reader.readexactly(size + 2), idle))
-        if not parts[-1].endswith(b"\r\n"):
-            raise HttpError(400, "chunk not followed by CRLF")
-        parts[-1] = parts[-1][:-2]
-    await _skip_trailers(reader, idle)
-    return b"".join(parts)
-
-
-def body_framing(head: Head) -> tuple[bool, int | None]:
-    """(chunked?, content length) of a request body; ambiguous framing is a 400."""
-    codings = head.tokens("transfer-encoding")
-    lengths = {v.strip() for v in head.values("content-length")}
-    if codings and lengths:
-        raise HttpError(400, "both Transfer-Encoding and Content-Length")
-    if codings:
-        if codings != {"chunked"}:
-            raise HttpError(501, f"unsupported Transfer-Encoding {', '.join(sorted(codings))}")
-        return True, None
-    if not lengths:
-        return False, None
-    if len(lengths) > 1 or not all(v.isdigit() for v in lengths):
-        raise HttpError(400, "malformed Content-Length")
-    return False, int(lengths.pop())
-
-
-def keeps_alive(head: Head) -> bool:
-    """Does the sender of ``head`` (request or response) keep the connection open?"""
-    tokens = head.tokens("connection")
-    if "close" in tokens:
-        return False
-    version = head.start[0] if head.start[0].startswith("HTTP/") else head.start[2]
-    return version == "HTTP/1.1" or "keep-alive" in tokens
-
-
 @dataclass(frozen=True)
 class _Request:
-    """A request as it goes upstream: the head (placeholders replaced) and its body."""
+    """A request as it goes upstream: the head (placeholders replaced), how its body
+    (streamed from the client) is framed, and whether the client keeps the connection."""
 
     method: str
     head: bytes
     chunked: bool
     length: int | None
-    body: bytes | None  # the whole (substituted) body, or None to stream it as it comes
     keep_alive: bool
 
 
@@ -573,94 +265,6 @@ async def system_resolver(host: str, port: int) -> list[IPAddress]:
     return found
 
 
-class UnixServer:
-    """An asyncio server on a Unix socket (a stale socket file is replaced) serving at
-    most :data:`MAX_CONNECTIONS` connections at once (the next ones wait in the backlog);
-    a failed accept (out of descriptors) pauses accepting instead of ending the server.
-    On :meth:`close` open connections are cancelled and the socket is removed."""
-
-    socket_path: Path
-    _tasks: set[asyncio.Task[Any]]
-    max_connections: int = MAX_CONNECTIONS
-    _listener: socket.socket | None = None
-    _acceptor: asyncio.Task[None] | None = None
-
-    async def _listen(
-        self, handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-    ) -> None:
-        if self.socket_path.is_socket():
-            self.socket_path.unlink()
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            listener.bind(str(self.socket_path))
-            listener.listen(BACKLOG)
-            listener.setblocking(False)
-        except OSError:
-            listener.close()
-            raise
-        self._listener = listener
-        self._acceptor = asyncio.create_task(self._accept(listener, handle))
-
-    async def _accept(
-        self,
-        listener: socket.socket,
-        handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
-    ) -> None:
-        loop = asyncio.get_running_loop()
-        slots = asyncio.Semaphore(self.max_connections)
-        while True:
-            await slots.acquire()
-            try:
-                conn, _ = await loop.sock_accept(listener)
-            except OSError as exc:  # EMFILE, ENFILE, ENOBUFS, ENOMEM, ECONNABORTED
-                slots.release()
-                log.warning("%s: accept failed (%s); pausing", self.socket_path.name, exc)
-                await asyncio.sleep(ACCEPT_PAUSE_S)
-                continue
-            task = asyncio.create_task(self._connection(conn, handle))
-            self._tasks.add(task)
-
-            def done(task: asyncio.Task[None]) -> None:
-                self._tasks.discard(task)
-                slots.release()
-
-            task.add_done_callback(done)
-
-    @staticmethod
-    async def _connection(
-        conn: socket.socket,
-        handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
-    ) -> None:
-        # As asyncio.start_server does it: a protocol with a connected callback is the
-        # server side (which StreamWriter.start_tls relies on).
-        loop = asyncio.get_running_loop()
-        connected: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
-        connected = loop.create_future()
-        protocol = asyncio.StreamReaderProtocol(
-            asyncio.StreamReader(limit=MAX_HEAD, loop=loop),
-            lambda reader, writer: connected.set_result((reader, writer)),
-            loop=loop,
-        )
-        try:
-            await loop.connect_accepted_socket(lambda: protocol, conn)
-        except OSError:
-            conn.close()
-            return
-        await handle(*await connected)
-
-    async def close(self) -> None:
-        listener, acceptor = self._listener, self._acceptor
-        if listener is None or acceptor is None:
-            return
-        acceptor.cancel()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(acceptor, *self._tasks, return_exceptions=True)
-        listener.close()
-        self._listener = self._acceptor = None
-        self.socket_path.unlink(missing_ok=True)
-
-
 class Proxy(UnixServer):
     """The proxy server; ``await start()`` binds ``socket_path``, ``await close()`` stops
     it, ends every open connection and removes the socket.
@@ -669,8 +273,7 @@ class Proxy(UnixServer):
     module doc), ``ca`` signs the certificates shown for those hosts (a fresh
     :class:`~sono.net.tls.SessionCA` when not given), ``upstream_ssl`` verifies the real
     hosts behind them (default: the system's trust store, honouring ``SSL_CERT_FILE``),
-    and ``substitute_body`` also replaces placeholders in request bodies (buffered, at
-    most :data:`MAX_SUBSTITUTED_BODY` bytes)."""
+    and ``resolver`` looks host names up (:func:`system_resolver` when not given)."""
 
     def __init__(
         self,
@@ -679,24 +282,16 @@ class Proxy(UnixServer):
         log_path: Path | str,
         resolver: Resolver | None = None,
         *,
-        idle_timeout: float = IDLE_TIMEOUT_S,
-        connect_timeout: float = CONNECT_TIMEOUT_S,
-        head_timeout: float = HEAD_TIMEOUT_S,
         secrets: Sequence[BoundSecret] = (),
         ca: SessionCA | None = None,
         upstream_ssl: ssl.SSLContext | None = None,
-        substitute_body: bool = False,
     ) -> None:
+        super().__init__(socket_path)
         self.policy = policy
-        self.socket_path = Path(socket_path)
         self.log_path = Path(log_path)
         self._resolve = resolver or system_resolver
-        self._idle = idle_timeout
-        self._connect_timeout = connect_timeout
-        self._head_timeout = head_timeout
         self.denials = DenyLog(self.log_path)
         self._flusher: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
         self.secrets = tuple(secrets)
         if self.secrets and ca is None:
             from sono.net.tls import SessionCA  # needs `cryptography`: only with secrets
@@ -704,7 +299,6 @@ class Proxy(UnixServer):
             ca = SessionCA()
         self.ca = ca
         self._upstream_ssl = upstream_ssl
-        self._substitute_body = substitute_body
 
     async def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -726,9 +320,6 @@ class Proxy(UnixServer):
         self.denials.flush()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
         try:
             await self._serve(reader, writer)
         except HttpError as exc:
@@ -741,11 +332,10 @@ class Proxy(UnixServer):
         except (OSError, TimeoutError, asyncio.IncompleteReadError):
             pass  # a side went away or idled out: routine for a proxy
         finally:
-            self._tasks.discard(task)
             await finish_writer(writer)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        raw = await read_head(reader, self._head_timeout)
+        raw = await read_head(reader, HEAD_TIMEOUT_S)
         if not raw:
             return
         head = parse_head(raw)
@@ -767,7 +357,7 @@ class Proxy(UnixServer):
         try:
             writer.write(reply)
             await writer.drain()
-            await splice((reader, writer), upstream, idle=self._idle)
+            await splice((reader, writer), upstream)
         finally:
             await close_writer(upstream[1])
 
@@ -787,11 +377,11 @@ class Proxy(UnixServer):
                 writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                 await writer.drain()
             if chunked:
-                await _copy_chunked(reader, upstream[1], self._idle)
+                await copy_chunked(reader, upstream[1], IDLE_TIMEOUT_S)
             elif length:
-                await _copy_exact(reader, upstream[1], length, self._idle)
+                await copy_exact(reader, upstream[1], length, IDLE_TIMEOUT_S)
             await upstream[1].drain()
-            await _copy_to_eof(upstream[0], writer, self._idle)
+            await copy_to_eof(upstream[0], writer, IDLE_TIMEOUT_S)
         finally:
             await close_writer(upstream[1])
 
@@ -855,20 +445,20 @@ class Proxy(UnixServer):
         await writer.drain()
         # Clients wait for the 200 before their ClientHello; a handshake failure (the
         # client does not trust the session CA, or does not speak TLS) just closes.
-        await writer.start_tls(context, ssl_handshake_timeout=self._head_timeout)
+        await writer.start_tls(context, ssl_handshake_timeout=HEAD_TIMEOUT_S)
         upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         try:
-            timeout = self._head_timeout
+            timeout = HEAD_TIMEOUT_S
             while True:
                 try:
                     raw = await read_head(reader, timeout)
                 except HttpError as exc:
-                    if exc.status == 408 and timeout == self._idle:
+                    if exc.status == 408 and timeout == IDLE_TIMEOUT_S:
                         return  # an idle keep-alive connection: close quietly
                     raise
                 if not raw:
                     return
-                timeout = self._idle
+                timeout = IDLE_TIMEOUT_S
                 request = await self._inner_request((reader, writer), raw, name, port)
                 if upstream is not None and upstream[0].at_eof():
                     await finish_writer(upstream[1])
@@ -935,23 +525,8 @@ class Proxy(UnixServer):
         if expect:
             client[1].write(b"HTTP/1.1 100 Continue\r\n\r\n")
             await client[1].drain()
-        body: bytes | None = None
-        if self._substitute_body and (chunked or length):
-            data = await _read_body(client[0], chunked, length, self._idle)
-            try:
-                body = substitute(data, self.secrets, host)
-            except Unbound as exc:
-                self._deny(host, port, f"{exc} (in the request body)")
-            framing = {"content-length", "transfer-encoding"}
-            headers = [(k, v) for k, v in headers if k.lower() not in framing]
-            headers.append(("Content-Length", str(len(body))))
         return _Request(
-            method,
-            render_head(" ".join(head.start), headers),
-            chunked,
-            length,
-            body,
-            keeps_alive(head),
+            method, render_head(" ".join(head.start), headers), chunked, length, keeps_alive(head)
         )
 
     async def _exchange(
@@ -960,17 +535,14 @@ class Proxy(UnixServer):
         client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
         upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
     ) -> bool:
-        """Send ``request`` (streaming its body from the client unless already read) and
-        relay the response; True when both sides keep the connection for another."""
+        """Send ``request`` (streaming its body from the client) and relay the response;
+        True when both sides keep the connection for another."""
         reader, up_writer = client[0], upstream[1]
         up_writer.write(request.head)
-        if request.body is not None:
-            up_writer.write(request.body)
-            await up_writer.drain()
-        elif request.chunked:
-            await _copy_chunked(reader, up_writer, self._idle)
+        if request.chunked:
+            await copy_chunked(reader, up_writer, IDLE_TIMEOUT_S)
         elif request.length:
-            await _copy_exact(reader, up_writer, request.length, self._idle)
+            await copy_exact(reader, up_writer, request.length, IDLE_TIMEOUT_S)
         else:
             await up_writer.drain()
         return await self._relay_response(request, client, upstream)
@@ -986,7 +558,7 @@ class Proxy(UnixServer):
         scrubber = Scrubber(self.secrets)  # the upstream may echo what it was sent
         while True:  # interim 1xx heads go to the client as they come
             try:
-                raw = await read_head(up_reader, self._idle, "response")
+                raw = await read_head(up_reader, IDLE_TIMEOUT_S, "response")
             except HttpError as exc:
                 raise HttpError(502, f"upstream: {exc.message}") from None
             if not raw:
@@ -1004,15 +576,15 @@ class Proxy(UnixServer):
         if request.method == "HEAD" or status in (204, 304):
             pass
         elif "chunked" in head.tokens("transfer-encoding"):
-            await _copy_chunked(up_reader, writer, self._idle, scrubber)
+            await copy_chunked(up_reader, writer, IDLE_TIMEOUT_S, scrubber)
         elif (lengths := {v.strip() for v in head.values("content-length")}) and all(
             v.isdigit() for v in lengths
         ):
             if len(lengths) > 1:
                 raise ConnectionError("upstream sent conflicting Content-Length headers")
-            await _copy_exact(up_reader, writer, int(lengths.pop()), self._idle, scrubber)
+            await copy_exact(up_reader, writer, int(lengths.pop()), IDLE_TIMEOUT_S, scrubber)
         else:  # ends with the connection
-            await _copy_to_eof(up_reader, writer, self._idle, scrubber)
+            await copy_to_eof(up_reader, writer, IDLE_TIMEOUT_S, scrubber)
             return False
         return request.keep_alive and keeps_alive(head)
 
@@ -1064,7 +636,7 @@ class Proxy(UnixServer):
                         ssl=context,
                         server_hostname=name if tls else None,
                     ),
-                    self._connect_timeout,
+                    CONNECT_TIMEOUT_S,
                 )
             except (OSError, TimeoutError) as exc:
                 last = exc
@@ -1083,86 +655,6 @@ class Proxy(UnixServer):
         raise HttpError(403, f"{host}:{port} blocked by so network policy: {reason}")
 
 
-# --- running on a thread ---------------------------------------------------------------------
-
-
-class AsyncServer(Protocol):
-    async def start(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-
-class ServerThread:
-    """Runs an :class:`AsyncServer` on a private event loop in a daemon thread, for the
-    synchronous orchestrator: ``with ProxyThread(...) as proxy: ...``."""
-
-    def __init__(self, server: AsyncServer, name: str) -> None:
-        self.server = server
-        self._name = name
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-
-    def start(self) -> Self:
-        """Returns once the server listens; raises what its ``start()`` raised."""
-        if self._thread is not None:
-            return self
-        ready = threading.Event()
-        self._error = None
-        thread = threading.Thread(target=self._run, args=(ready,), name=self._name, daemon=True)
-        thread.start()
-        ready.wait()
-        if self._error is not None:
-            thread.join()
-            raise self._error
-        self._thread = thread
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        thread, loop = self._thread, self._loop
-        if thread is None or loop is None:
-            return
-        future = asyncio.run_coroutine_threadsafe(self.server.close(), loop)
-        with contextlib.suppress(Exception):
-            future.result(timeout)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout)
-        self._thread = None
-
-    def _run(self, ready: threading.Event) -> None:
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        self._loop = loop
-        try:
-            try:
-                loop.run_until_complete(self.server.start())
-            except BaseException as exc:
-                self._error = exc
-                return
-            finally:
-                ready.set()
-            loop.run_forever()
-        finally:
-            pending = asyncio.all_tasks(loop)
-            for task in pending:
-                task.cancel()
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            asyncio.set_event_loop(None)
-            loop.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-
 class ProxyThread(ServerThread):
     """:class:`Proxy` on its own thread; ``start()``/``stop()`` or a ``with`` block."""
 
@@ -1173,23 +665,17 @@ class ProxyThread(ServerThread):
         log_path: Path | str,
         resolver: Resolver | None = None,
         *,
-        idle_timeout: float = IDLE_TIMEOUT_S,
-        connect_timeout: float = CONNECT_TIMEOUT_S,
         secrets: Sequence[BoundSecret] = (),
         ca: SessionCA | None = None,
         upstream_ssl: ssl.SSLContext | None = None,
-        substitute_body: bool = False,
     ) -> None:
         self.proxy = Proxy(
             policy,
             socket_path,
             log_path,
             resolver,
-            idle_timeout=idle_timeout,
-            connect_timeout=connect_timeout,
             secrets=secrets,
             ca=ca,
             upstream_ssl=upstream_ssl,
-            substitute_body=substitute_body,
         )
         super().__init__(self.proxy, "so-net-proxy")

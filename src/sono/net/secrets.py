@@ -1,7 +1,7 @@
 """Secrets: named values from the host that the sandbox only ever sees as placeholders.
 
-A ``[secrets.NAME]`` entry (:class:`sono.config.Secret`) takes its value from a host
-environment variable or a file and lists the hosts it may be sent to (policy entries:
+A ``[secrets.NAME]`` entry (:class:`Secret`, read from the settings) takes its value from
+a host environment variable or a file and lists the hosts it may be sent to (policy entries:
 ``host``, ``.suffix``, ``IP/CIDR``). :func:`resolve` reads the values once per session
 and gives each a random placeholder ``so-secret-NAME-<16 hex>``; the sandbox gets
 ``NAME=<placeholder>`` (:func:`sandbox_env`) and never the value.
@@ -13,8 +13,7 @@ secret is bound to (``headers = [...]`` in its config; by default
 :data:`DEFAULT_HEADERS`), becomes the real value. A placeholder anywhere else (a header
 name, another header such as ``Cookie`` or ``Origin`` that servers echo back, the request
 line) or of a secret not bound to the host refuses the request (:class:`Unbound`,
-answered ``403`` and logged). Request bodies pass through untouched unless the proxy is
-built with ``substitute_body=True``.
+answered ``403`` and logged). Request bodies pass through untouched.
 
 Whatever the upstream answers, the sandbox never gets a value back: every response head
 and body from an intercepted host goes through a :class:`Scrubber`, which masks each
@@ -29,9 +28,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from secrets import token_hex
 
-from sono.config import Secret
 from sono.errors import SoError
 from sono.net.policy import Entry, normalize_host, parse_entry
 
@@ -40,6 +37,19 @@ PLACEHOLDER_PREFIX = "so-secret-"
 DEFAULT_HEADERS = ("authorization", "x-api-key")
 MASK = b"*"
 _PRINTABLE = re.compile(r"[\x20-\x7e]+")
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A named value from the host (env var or file) that may be sent only to ``hosts``."""
+
+    name: str
+    env: str | None
+    file: str | None
+    hosts: tuple[str, ...]
+    # The request headers whose values may carry it (lower-case); () = the defaults of
+    # :data:`DEFAULT_HEADERS`.
+    headers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,8 @@ class Unbound(Exception):
 def resolve(secrets: Sequence[Secret], host_env: Mapping[str, str]) -> list[BoundSecret]:
     """Read every secret's value (one trailing newline stripped) and give it a fresh
     placeholder; a missing or unusable value raises :class:`SoError`."""
+    from secrets import token_hex  # random, hmac, base64: only when there are secrets
+
     return [
         BoundSecret(
             s.name,
@@ -110,21 +122,6 @@ def bound_to(bound: Sequence[BoundSecret], host: str) -> list[BoundSecret]:
 def placeholders_in(data: bytes, bound: Sequence[BoundSecret]) -> list[BoundSecret]:
     """The secrets whose placeholder occurs in ``data``."""
     return [b for b in bound if b.placeholder.encode() in data]
-
-
-def substitute(data: bytes, bound: Sequence[BoundSecret], host: str) -> bytes:
-    """``data`` with each placeholder of a secret bound to ``host`` replaced by its value
-    (one pass: a value is never scanned again). Raises :class:`Unbound` when a placeholder
-    of another secret in ``bound`` occurs."""
-    present = placeholders_in(data, bound)
-    if not present:
-        return data
-    for secret in present:
-        if not secret.bound_to(host):
-            raise Unbound(secret.name, host)
-    values = {s.placeholder.encode(): s.value.encode() for s in present}
-    pattern = re.compile(b"|".join(re.escape(p) for p in values))
-    return pattern.sub(lambda m: values[m.group(0)], data)
 
 
 def substitute_headers(

@@ -31,7 +31,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import secrets
 import socket
 import stat
 import tempfile
@@ -39,16 +38,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from secrets import token_hex
+from typing import Any
 from urllib.parse import urlsplit
 
 from sono.net.gateway import ApiKind, AuthStyle, GatewayThread, Route
 from sono.net.policy import NetworkPolicy
 from sono.net.proxy import ProxyThread
-from sono.net.secrets import BoundSecret, resolve, sandbox_env
-
-if TYPE_CHECKING:
-    from sono.config import Secret
+from sono.net.secrets import BoundSecret, Secret, resolve, sandbox_env
 from sono.net.usage import Measured, measure
 
 PROXY_PORT = 3128
@@ -277,7 +274,7 @@ def session_for(
 ) -> tuple[NetSession, Gatewayed]:
     """The network of a sandbox under ``policy``, and what its agent is told.
 
-    With ``[secrets]``, their values are read from ``host_env`` or their files now (a
+    With ``secrets`` (``[secrets]``), their values are read from ``host_env`` or their files now (a
     missing one raises :class:`sono.errors.SoError`); the agent gets each as a
     placeholder, loses every host variable that held a secret's value, and is told to
     trust the session CA (:func:`sono.net.tls.trust_env`) when there is a proxy. Those
@@ -387,7 +384,7 @@ def _short_dir(directory: Path) -> Iterator[Path]:
     if len(str(directory)) < 80:
         yield directory
         return
-    link = Path(tempfile.gettempdir()) / f"so-{os.getpid()}-{secrets.token_hex(4)}"
+    link = Path(tempfile.gettempdir()) / f"so-{os.getpid()}-{token_hex(4)}"
     link.symlink_to(directory)
     try:
         yield link
