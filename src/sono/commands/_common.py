@@ -15,6 +15,7 @@ from pathlib import Path
 from sono import agents, specs
 from sono.backends import BackendSettings, choose_auto, get_backend
 from sono.backends.base import Backend, Mount
+from sono.cli.flags import flags_of
 from sono.config import Config, load_config
 from sono.errors import SoError
 from sono.harnesses import HARNESSES, get_harness
@@ -31,27 +32,6 @@ from sono.ui.reporter import JsonReporter, PlainReporter
 # the harness takes that value.
 TASK_EFFORT = {"code": "medium", "plan": "high", "learn": "medium"}
 
-FLAG_KEYS = (
-    "harness",
-    "iterations",
-    "sandbox",
-    "model",
-    "effort",
-    "agent_cmd",
-    "iteration_timeout",
-    "max_cost",
-    "max_tokens",
-)
-# argparse dest → config key, for flags of dotted (table) keys.
-FLAG_DESTS = {
-    "network": "network.mode",
-    "allow": "network.allow",
-    "deny": "network.deny",
-    "memory": "limits.memory",
-    "cpus": "limits.cpus",
-    "pids": "limits.pids",
-}
-
 
 def environ() -> Mapping[str, str]:
     return os.environ
@@ -62,12 +42,7 @@ def store() -> Store:
 
 
 def flags(args: argparse.Namespace) -> dict[str, object]:
-    found = {k: getattr(args, k) for k in FLAG_KEYS if getattr(args, k, None) is not None}
-    for dest, key in FLAG_DESTS.items():
-        value = getattr(args, dest, None)
-        if value is not None:
-            found[key] = ",".join(value) if isinstance(value, list) else value
-    return found
+    return flags_of(args)
 
 
 def config(args: argparse.Namespace, project: Path | None) -> Config:
