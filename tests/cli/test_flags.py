@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import so
 from sono.cli.flags import flags_of
 from sono.cli.main import COMMANDS, build_parser, parse
 from sono.config import load_config
@@ -190,3 +191,13 @@ def test_building_the_parser_loads_no_config_machinery() -> None:
 def test_build_parser_still_parses() -> None:
     args = build_parser().parse_args(["run", "--allow-dirty"])
     assert args.command == "run" and args.allow_dirty is True
+
+
+@pytest.mark.parametrize("before", [["--allow-dirty"], ["--max-cost", "1"]])
+def test_the_real_so_takes_a_loop_flag_before_the_command(repo: Path, before: list[str]) -> None:
+    (repo / "specs").mkdir()
+    (repo / "specs" / "prompt.md").write_text("x")  # uncommitted: --allow-dirty matters
+    out = so(*before, "run", "-H", "custom", "--agent-cmd", "true", "--timeout", "5x", cwd=repo)
+    assert out.returncode == 1 and out.stderr.startswith("so: error: --timeout:"), out.stderr
+    refused = so(*before, "list", cwd=repo)
+    assert refused.returncode == 2 and f"{before[0]} is not an option of so list" in refused.stderr

@@ -102,15 +102,24 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def _build() -> tuple[argparse.ArgumentParser, Flags]:
     import argparse  # here, not at the top: `so list` answers without it
+    import shutil
 
     from sono.cli.flags import Flags
+
+    width = shutil.get_terminal_size().columns - 2
+
+    class Formatter(argparse.RawDescriptionHelpFormatter):
+        # argparse makes a formatter for every add_argument, and each asks the terminal
+        # for its size: ask once (start-up time).
+        def __init__(self, prog: str) -> None:
+            super().__init__(prog, width=width)
 
     parser = argparse.ArgumentParser(
         prog="so",
         description="so: run coding agents in sandboxes, loop them over a spec, "
         "review and merge their work. Every flag works before or after the command.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=Formatter,
     )
     parser.add_argument("--version", action="version", version=f"so {__version__}")
     flags = Flags(parser)
@@ -121,7 +130,7 @@ def _build() -> tuple[argparse.ArgumentParser, Flags]:
             help=help_text,
             description=help_text,
             epilog=f"examples:\n  {examples}",
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            formatter_class=Formatter,
         )
         _command_flags(name, flags.command(name, p))
     return parser, flags
