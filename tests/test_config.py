@@ -15,7 +15,6 @@ from sono.config import (
     KEYS,
     Config,
     Setting,
-    flag_name,
     inspect_project,
     load_config,
     parse_duration,
@@ -24,6 +23,7 @@ from sono.config import (
     user_config_path,
 )
 from sono.errors import ConfigError
+from sono.settings import flag_name
 from sono.trust import TrustStore, digest
 
 
@@ -142,7 +142,7 @@ def test_flags_accept_raw_strings_and_name_the_flag(home: Path) -> None:
     config = load(home, flags={"iteration_timeout": "1h", "no_progress_limit": "5"})
     assert config.iteration_timeout == 3600.0
     assert config.no_progress_limit == 5
-    assert config.sources["iteration_timeout"].source == "flag --iteration-timeout"
+    assert config.sources["iteration_timeout"].source == "flag --timeout"
     assert flag_name("agent_cmd") == "--agent-cmd"
 
 

@@ -7,6 +7,7 @@ Every resolved value remembers the layer it came from (:class:`Setting`) so ``so
 can show it. Unknown keys and bad values raise :class:`~sono.errors.ConfigError` with one
 line naming the file (or env var, or flag), the key and the fix. Nothing here prints or
 keeps global state; the caller passes ``env`` and ``home`` so tests never see the real ones.
+Each key's env vars and flag are in :mod:`sono.settings`; the values it takes are here.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import TypeVar
 from sono import trust as t
 from sono.errors import ConfigError
 from sono.net.secrets import Secret
+from sono.settings import BY_KEY, flag_name
 from sono.textsafe import for_terminal
 from sono.trust import Rule, TrustStore
 
@@ -317,12 +319,14 @@ def _secrets(value: object) -> tuple[Secret, ...]:
 
 @dataclass(frozen=True)
 class _Spec:
+    """What values a key takes; how a user names it (env vars, flag) is
+    :data:`sono.settings.OPTIONS`."""
+
     key: str
     default: object
     parse: _Parse
     expect: str
     example: object
-    env: tuple[str, ...] = ()  # later names win when several are set
     # What a project file may set without the user's trust (see sono.trust).
     trust: Rule = field(kw_only=True)
 
@@ -335,7 +339,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _choice(harness_choices),
             f"one of {', '.join(harness_choices)}",
             "claude",
-            ("SO_HARNESS",),
             # Each harness copies its own credential files from your home into the sandbox.
             trust=t.same_or("custom", "copies its credential files from your home"),
         ),
@@ -345,17 +348,14 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _int_at_least(1),
             "an integer >= 1",
             10,
-            ("SO_ITERATIONS",),
             trust=t.safe(),
         ),
-        # SANDBOX is seed A's variable; SO_SANDBOX wins when both are set.
         _Spec(
             "sandbox",
             "auto",
             _choice(("auto", "bwrap", "docker", "microvm")),
             "one of auto, bwrap, docker, microvm",
             "docker",
-            ("SANDBOX", "SO_SANDBOX"),
             trust=t.unless_chosen("auto"),
         ),
         _Spec(
@@ -364,7 +364,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _choice(("auto", "overlay", "copy")),
             "one of auto, overlay, copy",
             "copy",
-            ("SO_WORKSPACE",),
             trust=t.safe(),
         ),
         # Safe in a project file because it is only ever one argv value of the harness.
@@ -374,17 +373,15 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _optional_name,
             "a model name (no spaces or control characters, not starting with '-')",
             "opus",
-            ("SO_MODEL",),
             trust=t.safe(),
         ),
-        _Spec("effort", None, _optional_text, "a string", "high", ("SO_EFFORT",), trust=t.safe()),
+        _Spec("effort", None, _optional_text, "a string", "high", trust=t.safe()),
         _Spec(
             "agent_cmd",
             None,
             _optional_text,
             "a command-line string",
             "my-agent",
-            ("SO_AGENT_CMD",),
             trust=t.host("runs on your host in so plan and so learn"),
         ),
         _Spec(
@@ -393,7 +390,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _timeout,
             'a duration > 0 (seconds, or like "90s", "30m", "1h30m")',
             "30m",
-            ("SO_ITERATION_TIMEOUT",),
             trust=t.safe(),
         ),
         _Spec(
@@ -402,7 +398,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _int_at_least(1),
             "an integer >= 1",
             3,
-            ("SO_NO_PROGRESS_LIMIT",),
             trust=t.safe(),
         ),
         _Spec(
@@ -411,7 +406,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _int_at_least(0),
             "an integer >= 0",
             3,
-            ("SO_COMMIT_RETRIES",),
             trust=t.safe(),
         ),
         _Spec(
@@ -420,7 +414,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _patterns,
             "a list of non-empty glob strings",
             [".env", "*.pem"],
-            ("SO_EXCLUDE",),
             trust=t.superset(),
         ),
         _Spec(
@@ -429,7 +422,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _optional_text,
             "a path string",
             "/usr/bin/bwrap",
-            ("SO_BWRAP",),
             trust=t.host("runs on your host"),
         ),
         _Spec(
@@ -446,7 +438,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _optional_text,
             "an image reference",
             "debian:bookworm-slim",
-            ("SO_DOCKER_BASE",),
             trust=t.host("your Docker engine pulls it and builds the runner image from it"),
         ),
         _Spec(
@@ -455,7 +446,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _optional_number(float),
             "a number of dollars > 0",
             5.0,
-            ("SO_MAX_COST",),
             trust=t.at_most(),
         ),
         _Spec(
@@ -464,7 +454,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _choice(("none", "allowlist", "open")),
             "one of none, allowlist, open",
             "allowlist",
-            ("SO_NETWORK",),
             trust=t.ordered(("none", "allowlist", "open")),
         ),
         _Spec(
@@ -473,7 +462,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _hosts,
             "a list of hosts, .suffixes or IP/CIDR ranges",
             ["github.com", ".npmjs.org"],
-            ("SO_NETWORK_ALLOW",),
             trust=t.subset(),
         ),
         _Spec(
@@ -482,7 +470,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _hosts,
             "a list of hosts, .suffixes or IP/CIDR ranges",
             ["evil.example"],
-            ("SO_NETWORK_DENY",),
             trust=t.superset(),
         ),
         _Spec(
@@ -500,7 +487,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _paths,
             "a list of absolute host paths",
             ["~/datasets"],
-            ("SO_FILES_RO",),
             trust=t.subset(),
         ),
         _Spec(
@@ -509,7 +495,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _paths,
             "a list of absolute host paths",
             ["/srv/scratch"],
-            ("SO_FILES_RW",),
             trust=t.subset(),
         ),
         _Spec(
@@ -518,7 +503,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _optional(parse_size),
             'a size like "4g" or "512m"',
             "4g",
-            ("SO_LIMIT_MEMORY",),
             trust=t.at_most(),
         ),
         _Spec(
@@ -527,7 +511,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _optional_number(float),
             "a number of CPUs > 0",
             2,
-            ("SO_LIMIT_CPUS",),
             trust=t.at_most(),
         ),
         _Spec(
@@ -536,7 +519,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _optional(_int_at_least(16)),
             "an integer >= 16",
             512,
-            ("SO_LIMIT_PIDS",),
             trust=t.at_most(),
         ),
         _Spec(
@@ -545,7 +527,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _optional(parse_size),
             'a size like "10g"',
             "10g",
-            ("SO_LIMIT_DISK",),
             trust=t.at_most(),
         ),
         _Spec(
@@ -554,7 +535,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _optional(_timeout),
             'a duration > 0, like "4h"',
             "4h",
-            ("SO_LIMIT_TOTAL_TIME",),
             trust=t.at_most(),
         ),
         _Spec(
@@ -563,7 +543,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _choice(("continue", "stop")),
             "one of continue, stop",
             "stop",
-            ("SO_LIMIT_ON_KILL",),
             trust=t.ordered(("stop", "continue")),
         ),
         _Spec(
@@ -572,7 +551,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _choice(("strict", "best-effort")),
             "one of strict, best-effort",
             "strict",
-            ("SO_ENFORCE",),
             trust=t.ordered(("strict", "best-effort")),
         ),
         _Spec(
@@ -581,7 +559,6 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _optional_number(int),
             "an integer > 0",
             2_000_000,
-            ("SO_MAX_TOKENS",),
             trust=t.at_most(),
         ),
     ]
@@ -750,7 +727,7 @@ def _values(
 def _env_layer(env: Mapping[str, str], specs: Mapping[str, _Spec]) -> dict[str, Setting]:
     layer = {}
     for key, spec in specs.items():
-        var = next((name for name in reversed(spec.env) if name in env), None)
+        var = next((name for name in reversed(BY_KEY[key].env) if name in env), None)
         if var is None:
             continue
         fix = f"e.g. {var}={_shell_literal(spec.example)}, or unset {var}"
@@ -772,21 +749,6 @@ def _flag_layer(flags: Mapping[str, object], specs: Mapping[str, _Spec]) -> dict
         value = _check(spec, raw, where=flag, got=True, fix=fix)
         layer[key] = Setting(key, value, f"flag {flag}")
     return layer
-
-
-FLAGS = {
-    "network.mode": "--network",
-    "network.allow": "--allow",
-    "network.deny": "--deny",
-    "limits.memory": "--memory",
-    "limits.cpus": "--cpus",
-    "limits.pids": "--pids",
-}
-
-
-def flag_name(key: str) -> str:
-    """The long flag for a key: ``iteration_timeout`` -> ``--iteration-timeout``."""
-    return FLAGS.get(key, "--" + key.replace("_", "-"))
 
 
 def _check(spec: _Spec, raw: object, *, where: str, got: bool, fix: str) -> object:

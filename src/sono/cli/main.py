@@ -1,7 +1,8 @@
 """Entry point: parse, freeze options, dispatch to ``sono.commands.<name>``, handle errors.
 
-Global flags are accepted before or after the subcommand (``so -i 3 run`` and
-``so run -i 3`` both work), as in the seed.
+Every flag is accepted before or after the subcommand (``so -i 3 run`` and
+``so run -i 3`` both work, as in the seed; ``so --allow-dirty run`` too): see
+:mod:`sono.cli.flags`. Settings flags are generated from :mod:`sono.settings`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from sono.errors import SoError
 TYPE_CHECKING = False  # importing typing costs start-up time (`so list`)
 if TYPE_CHECKING:
     import argparse
+
+    from sono.cli.flags import CommandFlags, Flags
 
 EPILOG = """examples:
   so plan                      write specs/ templates, then plan with the agent
@@ -85,71 +88,41 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _global_flags(parser: argparse.ArgumentParser) -> None:
-    """Flags every command accepts; SUPPRESS so a later position never erases an earlier one."""
-    import argparse
-
-    s = argparse.SUPPRESS
-    parser.add_argument(
-        "-H",
-        "--harness",
-        default=s,
-        help="agent: claude, codex, opencode, pi, custom",
-    )
-    parser.add_argument(
-        "-i", "--iterations", type=int, default=s, help="number of iterations (default 10)"
-    )
-    parser.add_argument(
-        "-s",
-        "--sandbox",
-        default=s,
-        help="sandbox: auto (default), bwrap, docker, microvm (env SANDBOX)",
-    )
-    parser.add_argument("-m", "--model", default=s, help="model override")
-    parser.add_argument("-e", "--effort", default=s, help="reasoning effort, e.g. low/medium/high")
-    parser.add_argument("--agent-cmd", default=s, help="command line of the custom harness")
-    parser.add_argument(
-        "--timeout",
-        dest="iteration_timeout",
-        default=s,
-        help="per-iteration timeout, e.g. 30m (default 30m)",
-    )
-    parser.add_argument(
-        "--network",
-        default=s,
-        help="egress policy: allowlist (default: the model API only), none, open",
-    )
-    parser.add_argument(
-        "--allow",
-        action="append",
-        default=s,
-        metavar="HOST",
-        help="also allow HOST (host, .suffix or CIDR; repeatable)",
-    )
-    parser.add_argument(
-        "--deny", action="append", default=s, metavar="HOST", help="deny HOST (wins over allow)"
-    )
-    parser.add_argument("--memory", default=s, help="memory limit per sandbox, e.g. 4g")
-    parser.add_argument("--cpus", default=s, help="CPU limit per sandbox, e.g. 2")
-    parser.add_argument("--pids", default=s, help="process limit per sandbox, e.g. 512")
-    parser.add_argument("-v", "--verbose", action="store_true", default=s, help="log every command")
-    parser.add_argument(
-        "-y", "--yes", action="store_true", default=s, help="never prompt (CI, scripts)"
-    )
-
-
 def build_parser() -> argparse.ArgumentParser:
+    return _build()[0]
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """argv -> the namespace: every flag before or after the command, defaults filled in."""
+    parser, flags = _build()
+    args, extra = parser.parse_known_args(argv)
+    flags.finish(args, extra)
+    return args
+
+
+def _build() -> tuple[argparse.ArgumentParser, Flags]:
     import argparse  # here, not at the top: `so list` answers without it
+    import shutil
+
+    from sono.cli.flags import Flags
+
+    width = shutil.get_terminal_size().columns - 2
+
+    class Formatter(argparse.RawDescriptionHelpFormatter):
+        # argparse makes a formatter for every add_argument, and each asks the terminal
+        # for its size: ask once (start-up time).
+        def __init__(self, prog: str) -> None:
+            super().__init__(prog, width=width)
 
     parser = argparse.ArgumentParser(
         prog="so",
         description="so: run coding agents in sandboxes, loop them over a spec, "
-        "review and merge their work.",
+        "review and merge their work. Every flag works before or after the command.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=Formatter,
     )
     parser.add_argument("--version", action="version", version=f"so {__version__}")
-    _global_flags(parser)
+    flags = Flags(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (help_text, examples) in COMMANDS.items():
         p = sub.add_parser(
@@ -157,14 +130,14 @@ def build_parser() -> argparse.ArgumentParser:
             help=help_text,
             description=help_text,
             epilog=f"examples:\n  {examples}",
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            formatter_class=Formatter,
         )
-        _global_flags(p)
-        _command_flags(name, p)
-    return parser
+        _command_flags(name, flags.command(name, p))
+    return parser, flags
 
 
-def _command_flags(name: str, p: argparse.ArgumentParser) -> None:
+def _command_flags(name: str, p: CommandFlags) -> None:
+    """Each command's own flags (settings flags come from sono.settings)."""
     import argparse
 
     if name in ("run", "step", "clean", "dup"):
@@ -178,8 +151,6 @@ def _command_flags(name: str, p: argparse.ArgumentParser) -> None:
             "--json", action="store_true", help="normalized events and the summary as JSON lines"
         )
         p.add_argument("-q", "--quiet", action="store_true", help="only per-iteration summaries")
-        p.add_argument("--max-cost", help="stop the loop once this run cost more dollars")
-        p.add_argument("--max-tokens", help="stop the loop once this run used more tokens")
     if name in ("list", "config"):
         p.add_argument("--json", action="store_true", help="machine-readable output")
     if name in ("diff", "shell", "reset", "continue", "merge"):
@@ -203,7 +174,7 @@ def _command_flags(name: str, p: argparse.ArgumentParser) -> None:
     _more_flags(name, p)
 
 
-def _more_flags(name: str, p: argparse.ArgumentParser) -> None:
+def _more_flags(name: str, p: CommandFlags) -> None:
     if name == "rm":
         p.add_argument("ids", nargs="*", help="sandbox ids")
         p.add_argument("--all", action="store_true", help="remove every sandbox")
@@ -237,8 +208,7 @@ def _more_flags(name: str, p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse(argv)
     if getattr(args, "verbose", False):
         import logging  # lazy: start-up time matters for `so list`
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sono.app.context import Context
+from sono.cli.flags import flags_of
 from sono.config import Config
 from sono.errors import SoError
 from sono.loop import LoopResult, Reporter
@@ -20,27 +21,6 @@ from sono.sandbox import Sandbox
 from sono.state import Store, so_home
 from sono.textsafe import one_line
 from sono.ui.reporter import JsonReporter, PlainReporter
-
-FLAG_KEYS = (
-    "harness",
-    "iterations",
-    "sandbox",
-    "model",
-    "effort",
-    "agent_cmd",
-    "iteration_timeout",
-    "max_cost",
-    "max_tokens",
-)
-# argparse dest → config key, for flags of dotted (table) keys.
-FLAG_DESTS = {
-    "network": "network.mode",
-    "allow": "network.allow",
-    "deny": "network.deny",
-    "memory": "limits.memory",
-    "cpus": "limits.cpus",
-    "pids": "limits.pids",
-}
 
 
 def environ() -> Mapping[str, str]:
@@ -54,20 +34,11 @@ def store() -> Store:
 def context(args: argparse.Namespace) -> Context:
     """The operations' context: this process's environment and home, the config keys
     the command line sets."""
-    return Context(env=environ(), home=Path.home(), flags=flags(args))
+    return Context(env=environ(), home=Path.home(), flags=flags_of(args))
 
 
 def config(args: argparse.Namespace, project: Path | None) -> Config:
     return context(args).config(project)
-
-
-def flags(args: argparse.Namespace) -> dict[str, object]:
-    found = {k: getattr(args, k) for k in FLAG_KEYS if getattr(args, k, None) is not None}
-    for dest, key in FLAG_DESTS.items():
-        value = getattr(args, dest, None)
-        if value is not None:
-            found[key] = ",".join(value) if isinstance(value, list) else value
-    return found
 
 
 def yes(args: argparse.Namespace) -> bool:
