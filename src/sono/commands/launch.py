@@ -44,7 +44,7 @@ def launch(
             action="start a sandbox",
             hint=", or pass --allow-dirty to snapshot them into the sandbox",
         )
-    chosen = c.backend_for(cfg)
+    chosen = c.backend_for(cfg, host.root)
     backend = chosen.backend
     limits = c.enforceable_limits(cfg, backend)  # fail closed before creating anything
     c.extra_files(cfg)  # a missing files.ro/rw path, too
