@@ -11,8 +11,9 @@ from fakes import HostBackend, fake_sandbox
 from helpers import make_repo
 from sono.backends.base import Mount
 from sono.errors import SoError
+from sono.layout import slug
 from sono.limits import Limits
-from sono.sandbox import RunPolicy, Sandbox, choose_workspace, new_id, open_sandbox, slug
+from sono.sandbox import RunPolicy, Sandbox, choose_workspace, new_id, open_sandbox
 from sono.state import Store
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import re
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -15,9 +14,9 @@ from sono.backends import BackendSettings, get_backend
 from sono.backends.base import Backend, Mount, NetSpec, SandboxSpec
 from sono.errors import SoError
 from sono.gitobjects import reachable_objects
+from sono.layout import forwarder_path, slug
 from sono.limits import Limits
 from sono.net.policy import NetworkPolicy
-from sono.net.session import forwarder_path
 from sono.overlay import Drift, Overlay
 from sono.state import CREATED, SandboxRecord, Store, now_iso
 from sono.vault import Vault, host_objects, seed, take_head
@@ -296,11 +295,6 @@ def choose_workspace(
             "set workspace = auto (or copy)"
         )
     return "copy", f"copying the project instead of a copy-on-write overlay: {obstacle}"
-
-
-def slug(name: str) -> str:
-    text = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    return (text or "project")[:24].rstrip("-")
 
 
 def new_id(store: Store, project_name: str) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sono.errors import SoError
-from sono.home import home_dir, pid_alive, private_dir
+from sono.home import home_dir, pid_alive, private_dir, write_json_atomic
 
 RUNNING = "running"
 CREATED = "created"
@@ -45,25 +45,6 @@ def agents_dir(env: Mapping[str, str] | None = None) -> Path:
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write to a temp file in the same directory, fsync, then ``os.replace``."""
-    import tempfile  # lazy: start-up time
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        Path(tmp).replace(path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            Path(tmp).unlink()
-        raise
 
 
 @dataclass(frozen=True)

@@ -289,7 +289,7 @@ class TrustStore:
         return dict(projects) if isinstance(projects, dict) else {}
 
     def _write(self, entries: Mapping[str, object]) -> None:
-        from sono.state import write_json_atomic
+        from sono.home import write_json_atomic
 
         write_json_atomic(self.path, {"version": 1, "projects": dict(entries)})  # mode 0600
 

@@ -11,46 +11,31 @@ from typing import Any
 
 import pytest
 from microsandbox import (
-    Action,
-    DestGroup,
-    Destination,
     Image,
     MountConfig,
     Network,
-    NetworkPolicy,
     Patch,
     PullPolicy,
     RootDisk,
-    Rule,
     VsockRoute,
 )
 
 from sono import proc
-from sono.backends import BACKENDS, PLANNED, BackendSettings, choose_auto, get_backend
+from sono.backends import BACKENDS, BackendSettings, choose_auto, get_backend
 from sono.backends.base import Mount, NetSpec, SandboxSpec
 from sono.backends.microvm import (
     FORWARD_READY,
     Captured,
     MicrovmBackend,
-    MicrovmNet,
     config_key,
     ensure_vm_image,
     export_argv,
-    find_volume,
-    home_volume,
-    list_volumes,
-    native_network,
-    native_secrets,
-    plan_microvm,
-    secret_hosts,
     shell_argv,
-    volume_id,
 )
+from sono.backends.microvm_volumes import volume_id
 from sono.errors import SoError
 from sono.kvm import Support
 from sono.limits import Limits
-from sono.net import policy as ours
-from sono.net.secrets import BoundSecret, Secret
 
 REF = "so-runner:0123456789abcdef"
 PVM = "/dev/kvm exists but comes from kvm_pvm (paravirtual KVM without VT-x/AMD-V): ..."
@@ -179,14 +164,11 @@ def net_spec(tmp_path: Path) -> NetSpec:
     return NetSpec(sock, Path("/srv/forward.py"))
 
 
-def backend(
-    tmp_path: Path, api: FakeApi, *, ok: bool = True, net: MicrovmNet | None = None
-) -> MicrovmBackend:
+def backend(tmp_path: Path, api: FakeApi, *, ok: bool = True) -> MicrovmBackend:
     return MicrovmBackend(
         api=api,
         support=lambda: Support(ok, "test host" if ok else PVM),
         so_home=tmp_path / "so",
-        net=net,
         image=lambda spec: REF,
     )
 
@@ -261,8 +243,6 @@ def test_limits_map_to_vm_resources(tmp_path: Path) -> None:
         "disk": "watchdog",
     }
     assert "rounded down" in plan["cpus"].detail and "5120 MiB" in plan["disk"].detail
-    assert plan_microvm(Limits(cpus=0.5))["cpus"].mechanism == "none"
-    assert plan_microvm(Limits(cpus=3))["cpus"].detail == "3 vCPU(s) (cpus=)"
 
 
 def test_a_lone_file_is_copied_in_read_only(tmp_path: Path) -> None:
@@ -462,98 +442,9 @@ def test_without_an_api_the_sdk_is_never_touched_on_a_non_booting_host(tmp_path:
     assert b._api is None
 
 
-# --- network and secrets on microsandbox's own policy ---------------------------------
-
-
-def test_native_network_allowlist() -> None:
-    policy = ours.NetworkPolicy(
-        "allowlist", allow=("github.com", ".npmjs.org", "10.1.2.3"), deny=("evil.example",)
-    )
-    sdk = native_network(policy).policy
-    assert isinstance(sdk, NetworkPolicy)
-    assert sdk.default_egress == Action.DENY and sdk.default_ingress == Action.DENY
-    rules = list(sdk.rules)
-    assert rules[:2] == list(Rule.allow_dns())
-    assert rules[2] == Rule.deny(destination=Destination.domain("evil.example"))
-    assert Rule.deny(destination=Destination.domain("metadata.google.internal")) in rules
-    cidr = rules.index(Rule.allow(destination=Destination.cidr("10.1.2.3/32")))
-    private = rules.index(Rule.deny(destination=Destination.group(DestGroup.PRIVATE)))
-    named = rules.index(Rule.allow(destination=Destination.domain("github.com")))
-    assert cidr < private < named  # a name never unlocks a private address; a CIDR does
-    assert Rule.allow(destination=Destination.domain("npmjs.org")) in rules
-    assert Rule.allow(destination=Destination.domain_suffix(".npmjs.org")) in rules
-    assert Rule.allow(destination=Destination.group(DestGroup.PUBLIC)) not in rules
-    native_network(policy)._to_dict()  # valid for the SDK
-
-
-def test_native_network_none_and_open() -> None:
-    assert native_network(ours.NetworkPolicy("none")) == Network(policy=NetworkPolicy.none())
-    rules = native_network(ours.NetworkPolicy("open", deny=("10.0.0.0/8",))).policy
-    assert rules is not None
-    assert rules.rules[-1] == Rule.allow(destination=Destination.group(DestGroup.PUBLIC))
-    assert Rule.deny(destination=Destination.cidr("10.0.0.0/8")) in rules.rules
-
-
-def test_native_secrets_are_placeholders_per_host() -> None:
-    bound = BoundSecret(
-        "GH_TOKEN",
-        "ghp_real",
-        "so-secret-GH_TOKEN-00",
-        ("api.github.com", ".example.org", "1.2.3.4"),
-    )
-    (entry,) = native_secrets([bound])
-    assert entry.env_var == "GH_TOKEN" and entry.value == "ghp_real"
-    assert entry.placeholder == "so-secret-GH_TOKEN-00"
-    assert entry.allow == ("api.github.com", "example.org", "*.example.org", "1.2.3.4")
-    assert secret_hosts(["10.0.0.0/8"]) == ([], ["10.0.0.0/8"])
-    with pytest.raises(SoError, match=r"binds secrets to host names, not to 10\.0\.0\.0/8"):
-        native_secrets([BoundSecret("K", "v", "p", ("10.0.0.0/8",))])
-
-
-def test_native_mode_hands_policy_and_secrets_to_microsandbox(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("GH_VALUE", "ghp_real")
-    api = FakeApi()
-    policy = ours.NetworkPolicy("allowlist", allow=("github.com",))
-    secret = Secret("GH_TOKEN", "GH_VALUE", None, ("api.github.com",))
-    spec = make_spec(tmp_path, net=net_spec(tmp_path))
-    b = backend(tmp_path, api, net=MicrovmNet(policy, (secret,)))
-    b.create(spec=spec)
-    kw = created(api)
-    assert kw["network"] == native_network(policy)
-    assert kw["intercept_tls"] is True
-    (entry,) = kw["secrets"]
-    assert entry.env_var == "GH_TOKEN" and entry.allow == ("api.github.com",)
-    assert entry.placeholder.startswith("so-secret-GH_TOKEN-")
-    sock = spec.net.socket_dir if spec.net else Path()
-    assert kw["vsock"] == [VsockRoute.stream(str(sock / "p" / "gateway.sock"), 3129)]  # no proxy
-    (spawned,) = [c[1] for c in api.calls if c[0] == "spawn"]
-    assert spawned[1][3:] == [FORWARD_READY, "3129=3129"]
-    assert "ghp_real" not in config_key(kw)
-    session_env = {
-        "GH_TOKEN": "so-secret-GH_TOKEN-session",
-        "SSL_CERT_FILE": "/run/so/net/ca-bundle.pem",
-        "ANTHROPIC_BASE_URL": "http://127.0.0.1:3129/anthropic",
-    }
-    b.exec(spec=spec, argv=["x"], env=session_env, stdin_text=None, timeout=None, on_line=print)
-    env = next(c[1] for c in api.calls if c[0] == "stream")["env"]
-    assert "GH_TOKEN" not in env  # the VM's own placeholder stands
-    assert "SSL_CERT_FILE" not in env and "HTTPS_PROXY" not in env
-    assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:3129/anthropic"
-    # A later so process (so diff) reuses the VM: the values are not needed then.
-    monkeypatch.delenv("GH_VALUE")
-    api.calls.clear()
-    backend(tmp_path, api, net=MicrovmNet(policy, (secret,))).run(spec=spec, argv=["true"])
-    assert "create" not in api.names()
-
-
-def test_get_backend_passes_the_policy_for_native_mode() -> None:
-    settings = BackendSettings(network=ours.NetworkPolicy("none"))
-    b = get_backend("microvm", settings)
-    assert isinstance(b, MicrovmBackend) and b._net == MicrovmNet(ours.NetworkPolicy("none"))
-    assert isinstance(get_backend("microvm"), MicrovmBackend)
-    assert get_backend("microvm")._net is None  # type: ignore[attr-defined]
+def test_get_backend_builds_it_from_the_settings() -> None:
+    b = get_backend("microvm", BackendSettings(docker_base="debian:stable-slim"))
+    assert isinstance(b, MicrovmBackend) and b._base == "debian:stable-slim"
 
 
 # --- image: Docker build → microsandbox, no registry -----------------------------------
@@ -596,7 +487,7 @@ def test_workspace_is_always_a_copy(tmp_path: Path) -> None:
 
 
 def test_registered_and_never_chosen_by_auto(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert "microvm" in BACKENDS and "microvm" not in PLANNED
+    assert "microvm" in BACKENDS
     import sono.kvm
 
     monkeypatch.setattr(sono.kvm, "boot_support", lambda *a, **k: Support(True, "kvm_intel"))
@@ -613,19 +504,3 @@ def test_config_key_follows_what_needs_a_new_vm(tmp_path: Path) -> None:
     assert config_key(created(api)) == first
     b.create(spec=make_spec(tmp_path, limits=Limits(cpus=4)))
     assert config_key(created(api)) != first
-
-
-# --- volumes ----------------------------------------------------------------------------
-
-
-def test_home_volume_per_project(tmp_path: Path) -> None:
-    a = home_volume(tmp_path, Path("/src/My Project"))
-    again = home_volume(tmp_path, Path("/src/My Project"))
-    other = home_volume(tmp_path, Path("/elsewhere/My Project"))
-    assert a == again and a.id.startswith("my-project-") and a.id != other.id
-    assert [v.id for v in list_volumes(tmp_path)] == sorted([a.id, other.id])
-    assert find_volume(tmp_path, a.id[:-3]) == a
-    with pytest.raises(SoError, match="ambiguous"):
-        find_volume(tmp_path, "my-project")
-    with pytest.raises(SoError, match="no volume"):
-        find_volume(tmp_path, "nope")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sono.backends.microvm import home_volume, volume_id
+from sono.backends.microvm_volumes import home_volume, volume_id
 from sono.cli.main import main
 from sono.state import so_home
 

@@ -10,18 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from sono.net.policy import NetworkPolicy
-from sono.net.session import (
+from sono.layout import (
     GATEWAY_SOCK,
     INSIDE_DIR,
-    PLACEHOLDER,
     PROXY_SOCK,
     SOCKETS,
-    NetSession,
     forwarder_argv,
-    gateway_for,
     proxy_env,
 )
+from sono.net.policy import NetworkPolicy
+from sono.net.session import PLACEHOLDER, NetSession, gateway_for
 
 
 def test_keys_become_placeholders_and_base_urls_point_at_the_gateway() -> None:

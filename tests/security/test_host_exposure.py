@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from hostile import HostileUser, Outcome
 
-from sono.net.session import GATEWAY_SOCK, PROXY_SOCK, SOCKETS
+from sono.layout import GATEWAY_SOCK, PROXY_SOCK, SOCKETS
 
 pytestmark = pytest.mark.integration
 

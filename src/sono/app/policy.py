@@ -29,12 +29,14 @@ class ChosenBackend:
     why: str
 
 
-def backend_for(ctx: Context, cfg: Config) -> ChosenBackend:
-    """The backend to create sandboxes on, checked to work here, and why it was chosen."""
+def backend_for(ctx: Context, cfg: Config, project: Path | None = None) -> ChosenBackend:
+    """The backend to create sandboxes on, checked to work here, and why it was chosen
+    (``auto``: with ``project``, the one that gives it the better workspace)."""
     settings = backend_settings(ctx, cfg)
     name, why = cfg.sandbox, f"-s/SANDBOX/config: {cfg.sandbox}"
     if name == "auto":
-        name, why = choose_auto(settings)
+        judged = project if cfg.workspace != "copy" else None
+        name, why = choose_auto(settings, judged, ctx.store.root)
     backend = get_backend(name, settings)
     health = backend.health()
     if not health.ok:

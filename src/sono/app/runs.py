@@ -72,7 +72,7 @@ def start(ctx: Context, opts: StartOptions, reporter: Reporter) -> Outcome:
             action="start a sandbox",
             hint=", or pass --allow-dirty to snapshot them into the sandbox",
         )
-    chosen = backend_for(ctx, cfg)
+    chosen = backend_for(ctx, cfg, host.root)
     policy = policy_for(ctx, cfg, chosen.backend)  # fail closed before creating anything
     agent = resolve_agent(ctx, cfg)
     sandbox = create_sandbox(

@@ -74,6 +74,15 @@ class SandboxSpec:
 
 
 @dataclass(frozen=True)
+class BackendSettings:
+    """What the user configured for backends, handed to each one's ``from_settings``."""
+
+    bwrap: str | None = None  # a system bwrap instead of the bundled one
+    docker_base: str | None = None  # base image of the Docker runner image
+    progress: Callable[[str], None] = field(default=lambda line: None)
+
+
+@dataclass(frozen=True)
 class Health:
     ok: bool
     detail: str

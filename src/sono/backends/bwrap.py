@@ -22,24 +22,19 @@ import shlex
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from sono import proc
 from sono.backends import seccomp
-from sono.backends.base import Health, SandboxSpec
+from sono.backends.base import BackendSettings, Health, SandboxSpec
+from sono.backends.bwrap_limits import limited, plan_limits
+from sono.backends.execution import sandbox_env
 from sono.errors import SoError
-from sono.limits import (
-    CgroupJail,
-    DiskWatch,
-    Enforcement,
-    Guard,
-    Limits,
-    plan_bwrap,
-    rlimit_prefix,
-)
-from sono.net.session import FORWARDER_INSIDE, INSIDE_DIR, forwarder_argv, proxy_env
+from sono.layout import FORWARDER_INSIDE, INSIDE_DIR, forwarder_argv
+from sono.limits.model import Enforcement, Limits
+from sono.limits.watch import Guard
 from sono.overlay import remove_tree, static_obstacle, strip_setid
 
 log = logging.getLogger("sono.backends.bwrap")
@@ -251,10 +246,10 @@ def bwrap_options(
     args += _proc_masks(host_root)
     # Nothing outside the mounts above is writable, not even the sandbox's own root.
     args += ["--remount-ro", "/", "--chdir", spec.mount_point, "--clearenv"]
-    full_env = {**base_env(spec), **env, "SO_HOME_SEED": HOME_SEED_DEST}
-    if spec.net is not None and opts.forward:
+    forward = spec.net is not None and opts.forward
+    full_env = {**sandbox_env(spec, env, proxied=forward), "SO_HOME_SEED": HOME_SEED_DEST}
+    if forward:
         full_env["SO_FORWARD"] = shlex.join(forwarder_argv())
-        full_env |= proxy_env()
     for key in sorted(full_env):
         args += ["--setenv", key, full_env[key]]
     return args
@@ -342,19 +337,6 @@ def workspace_args(spec: SandboxSpec) -> list[str]:
     ]
 
 
-def base_env(spec: SandboxSpec) -> dict[str, str]:
-    return {
-        "HOME": spec.home,
-        "USER": spec.user,
-        "LOGNAME": spec.user,
-        "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
-        "LANG": "C.UTF-8",
-        "TMPDIR": "/tmp",
-        "SO_SANDBOX_ID": spec.id,
-        **spec.env,
-    }
-
-
 def _proc_masks(host_root: Path) -> list[str]:
     """Read-only kernel knobs and /dev/null over host information, for what exists (the
     sandbox's new /proc has what the host's has)."""
@@ -381,6 +363,10 @@ def _system_dirs(host_root: Path) -> list[str]:
 
 class BwrapBackend:
     name: ClassVar[str] = "bwrap"
+
+    @classmethod
+    def from_settings(cls, settings: BackendSettings) -> BwrapBackend:
+        return cls(bwrap=settings.bwrap)
 
     def __init__(self, *, bwrap: str | None = None) -> None:
         self._configured = bwrap
@@ -499,7 +485,7 @@ class BwrapBackend:
                 spec_, limiter.inner(argv), env, new_session=new_session, forward=True
             ) as started,
         ):
-            outer, executable = limiter.outer(started)
+            outer, executable = limiter.outer(started.argv, started.executable)
             yield Started(outer, executable, started.fds), limiter.guard
 
     def destroy(self, *, spec: SandboxSpec) -> None:
@@ -509,7 +495,7 @@ class BwrapBackend:
         """Nothing to do: every exec mounts the overlay afresh."""
 
     def plan_limits(self, limits: Limits) -> dict[str, Enforcement]:
-        return plan_bwrap(limits)
+        return plan_limits(limits)
 
     def overlay_owner(self) -> tuple[int, int] | None:
         return None  # the user namespace maps so's own uid to the agent's
@@ -587,30 +573,6 @@ def _seccomp() -> bytes | None:
     return program
 
 
-_JAILS = itertools.count(1)
-
-
-@dataclass
-class Limiter:
-    """How one bwrap run is limited: a cgroup around bwrap (``outer``), rlimits inside
-    the sandbox (``inner``: RLIMIT_NPROC counts per user namespace there), and a guard
-    that reports the limit that was hit."""
-
-    jail: CgroupJail | None = None
-    rlimits: tuple[str, ...] = ()
-    guard: Guard = field(default_factory=Guard)
-
-    def outer(self, started: Launch) -> tuple[list[str], str | None]:
-        """The command line that starts bwrap (inside the cgroup, when there is one),
-        and the file to execute when ``argv[0]`` is only a name."""
-        if self.jail is None:
-            return list(started.argv), started.executable
-        return self.jail.wrap(started.argv, executable=started.executable), None
-
-    def inner(self, argv: Sequence[str]) -> list[str]:
-        return [*self.rlimits, *argv]
-
-
 _WORKDIRS = itertools.count(1)
 
 
@@ -641,32 +603,6 @@ def own_workdir(spec: SandboxSpec) -> Iterator[SandboxSpec]:
     finally:
         for path in made:
             remove_tree(path)
-
-
-@contextlib.contextmanager
-def limited(spec: SandboxSpec) -> Iterator[Limiter]:
-    limits = spec.limits
-    if limits is None or not limits.any():
-        yield Limiter()
-        return
-    jail = None
-    if any(v is not None for v in (limits.memory, limits.cpus, limits.pids)):
-        jail = CgroupJail.create(f"so-{spec.id}-{os.getpid()}-{next(_JAILS)}", limits)
-    cgroup_pids = jail is not None and "pids" in jail.enforced
-    rlimits = rlimit_prefix(
-        limits, nproc=limits.pids is not None and not cgroup_pids, fsize=limits.disk
-    )
-    disk = None
-    if limits.disk is not None:
-        disk = DiskWatch(spec.writable_dir, limits.disk, lambda size: None, interval=0.5)
-        disk.start()
-    try:
-        yield Limiter(jail, tuple(rlimits), Guard(jail=jail, disk=disk))
-    finally:
-        if disk is not None:
-            disk.stop()
-        if jail is not None:
-            jail.remove()
 
 
 def _probe_overlay(binary: str, home: Path) -> str | None:

@@ -20,28 +20,23 @@ import os
 import secrets
 import shutil
 import tarfile
-import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
 from sono import proc
-from sono.backends.base import Health, SandboxSpec
+from sono.backends.base import BackendSettings, Health, SandboxSpec
+from sono.backends.docker_engine import connect
+from sono.backends.docker_limits import cgroup_dirs, docker_kwargs, plan_limits
+from sono.backends.execution import PATH, Stopper, disk_watch, sandbox_env
 from sono.errors import SoError
 from sono.images import Images, RunnerSpec, agent_ids
-from sono.limits import (
-    DiskWatch,
-    Enforcement,
-    Guard,
-    Limits,
-    cgroup_counters,
-    docker_kwargs,
-    plan_docker,
-)
-from sono.net.session import FORWARDER_INSIDE, INSIDE_DIR, forwarder_argv, proxy_env
+from sono.layout import FORWARDER_INSIDE, INSIDE_DIR, forwarder_argv
+from sono.limits.cgroup import cgroup_counters
+from sono.limits.model import Enforcement, Limits
+from sono.limits.watch import Guard
 from sono.overlay import static_obstacle, strip_setid
 from sono.trust import TrustStore
 
@@ -69,7 +64,6 @@ CONFIG_VERSION = "supervised-2"
 SUPERVISE = resources.files("sono.runner").joinpath("supervise.py").read_text()
 TMPFS_INODES = 65536  # every tmpfs: an inode cap (an empty file costs kernel memory)
 SHM_SIZE = 64 << 20
-PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 Progress = Callable[[str], None]
 
 
@@ -190,37 +184,9 @@ def reaper(token: str | None = None) -> list[str]:
     return [*PYTHON, SUPERVISE, "reap", *(("--end", token) if token else ())]
 
 
-def cgroup_dirs(container_id: str, root: Path = Path("/")) -> dict[str, Path]:
-    """The container's memory and pids cgroup directories on the host (cgroupfs v1, or
-    v2 with the cgroupfs or systemd driver); missing ones are left out."""
-    fs = root / "sys/fs/cgroup"
-    found: dict[str, Path] = {}
-    for controller in ("memory", "pids"):
-        for candidate in (
-            fs / controller / "docker" / container_id,
-            fs / "system.slice" / f"docker-{container_id}.scope",
-            fs / "docker" / container_id,
-        ):
-            if candidate.is_dir():
-                found[controller] = candidate
-                break
-    return found
-
-
 def exec_env(spec: SandboxSpec, env: Mapping[str, str]) -> dict[str, str]:
-    net = proxy_env() if spec.net is not None else {}
-    return {
-        "HOME": "/home/agent",
-        "USER": "agent",
-        "LOGNAME": "agent",
-        "PATH": PATH,
-        "LANG": "C.UTF-8",
-        "TMPDIR": "/tmp",
-        "SO_SANDBOX_ID": spec.id,
-        **spec.env,
-        **env,
-        **net,
-    }
+    """The image's agent user, whatever the spec names (the runner image has it)."""
+    return sandbox_env(spec, env, proxied=spec.net is not None, home=PROMPT_DIR, user="agent")
 
 
 def terminal_name(term: str | None) -> str:
@@ -260,6 +226,10 @@ def file_archive(name: str, data: bytes, uid: int, gid: int) -> bytes:
 class DockerBackend:
     name: ClassVar[str] = "docker"
 
+    @classmethod
+    def from_settings(cls, settings: BackendSettings) -> DockerBackend:
+        return cls(base=settings.docker_base, progress=settings.progress)
+
     def __init__(
         self,
         *,
@@ -283,19 +253,7 @@ class DockerBackend:
 
     def client(self) -> Any:
         if self._client is None:
-            import docker
-            import docker.errors
-
-            try:
-                client = _client_without_credentials(docker)
-                client.ping()
-            except docker.errors.DockerException as exc:
-                where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-                raise SoError(
-                    f"no Docker engine answers at {where} ({_short(exc)}); start "
-                    "dockerd (or set DOCKER_HOST), or use -s bwrap"
-                ) from None
-            self._client = client
+            self._client = connect()
         return self._client
 
     def images(self) -> Images:
@@ -456,21 +414,9 @@ class DockerBackend:
             return
         dirs = cgroup_dirs(container.id)
         counters = (lambda: cgroup_counters(dirs)) if dirs else None
-        disk = None
-        if limits.disk is not None:
-            disk = DiskWatch(
-                spec.writable_dir,
-                limits.disk,
-                lambda size: None,
-                interval=0.5,
-                also=container_layer(container),
-            )
-            disk.start()
-        try:
+        also = container_layer(container) if limits.disk is not None else ()
+        with disk_watch(spec, also=also) as disk:
             yield Guard(disk=disk, counters=counters)
-        finally:
-            if disk is not None:
-                disk.stop()
 
     def _follow(
         self,
@@ -483,19 +429,12 @@ class DockerBackend:
         guard: Guard | None = None,
         token: str | None = None,
     ) -> proc.Streamed:
-        start = time.monotonic()
+        stopper = Stopper(timeout, guard)
         reader = threading.Thread(target=_pump, args=(stream, on_line), daemon=True)
         reader.start()
-        timed_out = False
-        killed = None
         try:
             while reader.is_alive():
-                if timeout is not None and time.monotonic() - start >= timeout:
-                    timed_out = True
-                    self._reap(container, token)
-                    break
-                killed = guard.check() if guard is not None else None
-                if killed:
+                if stopper.should_stop():
                     self._reap(container, token)
                     break
                 reader.join(timeout=0.05)
@@ -504,16 +443,11 @@ class DockerBackend:
             reader.join(timeout=5)
             raise
         reader.join(timeout=10)
-        if guard is not None and not (killed or timed_out):
-            killed = guard.check()  # the kernel may have ended it (an OOM kill) first
-        code = None if timed_out else self.client().api.exec_inspect(exec_id).get("ExitCode")
-        return proc.Streamed(
-            returncode=code,
-            timed_out=timed_out,
-            interrupted=False,
-            duration_s=time.monotonic() - start,
-            killed=killed,
+        stopper.settle()
+        code = (
+            None if stopper.timed_out else self.client().api.exec_inspect(exec_id).get("ExitCode")
         )
+        return stopper.result(code)
 
     def run(
         self,
@@ -622,7 +556,7 @@ class DockerBackend:
                 )
 
     def plan_limits(self, limits: Limits) -> dict[str, Enforcement]:
-        return plan_docker(limits)
+        return plan_limits(limits)
 
     def refresh(self, *, spec: SandboxSpec) -> None:
         """Restart the container: the engine unmounts the overlay volume and mounts it
@@ -672,29 +606,6 @@ def _pump(stream: Any, on_line: Callable[[str], None]) -> None:
                 on_line(line)
     for line in splitter.end():
         on_line(line)
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:160] if text else type(exc).__name__
-
-
-def _client_without_credentials(docker: Any) -> Any:
-    """A client for ``DOCKER_HOST`` (or the default socket) that never reads the user's
-    ``~/.docker/config.json``: so pulls nothing from registries, so it needs none of the
-    credentials there (and a malformed file must not break so)."""
-
-    saved = os.environ.get("DOCKER_CONFIG")
-    with tempfile.TemporaryDirectory(prefix="so-docker-config-") as empty:
-        Path(empty, "config.json").write_text("{}\n")  # found first: no fallback to ~/.docker
-        os.environ["DOCKER_CONFIG"] = empty
-        try:
-            return docker.from_env(timeout=30)
-        finally:
-            if saved is None:
-                os.environ.pop("DOCKER_CONFIG", None)
-            else:
-                os.environ["DOCKER_CONFIG"] = saved
 
 
 def container_layer(container: Any) -> tuple[Path, ...]:

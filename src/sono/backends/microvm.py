@@ -15,11 +15,7 @@ cannot start.
 Network: the VM's own interface is closed by microsandbox's network policy (nothing in or
 out) and so's proxy and model gateway — the host-side servers of every backend — are its
 only way out, through vsock routes to their Unix sockets and a forwarder inside that
-exposes them on 127.0.0.1:3128/3129. When the backend is given the network policy and the
-secrets (:class:`MicrovmNet`), the policy is instead mapped onto microsandbox's own
-(:func:`native_network`), secrets become microsandbox secret placeholders substituted
-host-side per allowed host (:func:`native_secrets`), and only the model gateway goes
-through vsock. docs/microvm.md has the matrix.
+exposes them on 127.0.0.1:3128/3129. docs/microvm.md has the matrix.
 
 All SDK calls go through :class:`MicrosandboxApi` (the real one is :class:`SdkApi`), so the
 mapping is unit-tested against a fake where no VM can boot.
@@ -31,7 +27,6 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import math
 import os
 import shutil
 import threading
@@ -42,33 +37,32 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from sono import proc
-from sono.backends.base import Health, SandboxSpec
-from sono.errors import SoError
-from sono.kvm import RuntimeFinder, Support, boot_support, find_runtime
-from sono.limits import DiskWatch, Enforcement, Guard, Limits, _disk, _value
-from sono.net.policy import METADATA_HOSTS, NetworkPolicy, parse_entry
-from sono.net.session import (
-    GATEWAY_PORT,
-    GATEWAY_SOCK,
-    INSIDE_DIR,
-    PROXY_PORT,
-    PROXY_SOCK,
-    socket_path,
+from sono.backends.base import BackendSettings, Health, SandboxSpec
+from sono.backends.docker_engine import connect
+from sono.backends.execution import PATH, Stopper, disk_watch, sandbox_env
+from sono.backends.microvm_limits import (
+    AGENT_GID,
+    AGENT_UID,
+    disk_mib,
+    memory_mib,
+    plan_limits,
+    vcpus,
 )
-from sono.net.session import proxy_env as _proxy_env
+from sono.backends.microvm_volumes import home_volume
+from sono.errors import SoError
+from sono.home import home_dir, write_json_atomic
+from sono.images import Images, RunnerSpec
+from sono.kvm import RuntimeFinder, Support, boot_support, find_runtime
+from sono.layout import GATEWAY_PORT, GATEWAY_SOCK, INSIDE_DIR, PROXY_PORT, PROXY_SOCK, socket_path
+from sono.limits.model import Enforcement, Limits
+from sono.limits.watch import Guard
 
 if TYPE_CHECKING:
-    from microsandbox import MountConfig, Network, SecretEntry
+    from microsandbox import MountConfig
 
-    from sono.net.secrets import BoundSecret, Secret
-
-AGENT_UID = AGENT_GID = 1000
 GUEST_HOME = "/home/agent"
 SEED_DIR = ".so"  # per-sandbox files of the seed (the prompt): mounted, never shared
 FORWARD_READY = "/run/so-forward.ready"
-PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
-DEFAULT_MEMORY_MIB = 4096  # without limits: enough for node-based agent CLIs
-DEFAULT_CPUS = 2
 SOCKET_PATH_MAX = 107  # sun_path: msb connects to the host sockets by path
 STATE_FILE = "microvm.json"
 Progress = Callable[[str], None]
@@ -125,93 +119,6 @@ def vm_name(sandbox_id: str) -> str:
     return f"so-{sandbox_id}"
 
 
-# ---------------------------------------------------------------- per-project home volumes
-
-
-@dataclass(frozen=True)
-class HomeVolume:
-    """The agent's home for one project, kept across sandboxes (``so volume``)."""
-
-    id: str
-    path: Path
-    project: str
-
-    def size_bytes(self) -> int:
-        from sono.limits import tree_size
-
-        return tree_size(self.path)
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "id": self.id,
-            "project": self.project,
-            "path": str(self.path),
-            "size_bytes": self.size_bytes(),
-        }
-
-
-def volumes_root(so_home: Path) -> Path:
-    return so_home / "volumes"
-
-
-def volume_id(project: Path) -> str:
-    from sono.sandbox import slug
-
-    digest = hashlib.sha256(str(project).encode()).hexdigest()[:12]
-    return f"{slug(project.name)}-{digest}"
-
-
-def home_volume(so_home: Path, project: Path) -> HomeVolume:
-    """The project's volume, made on first use; its metadata sits next to it (the agent
-    can write the volume, never the record of whose it is)."""
-    vid = volume_id(project)
-    root = volumes_root(so_home)
-    path = root / vid
-    path.mkdir(parents=True, exist_ok=True)
-    meta = root / f"{vid}.json"
-    if not meta.is_file():
-        from sono.state import write_json_atomic
-
-        write_json_atomic(meta, {"id": vid, "project": str(project)})
-    return HomeVolume(vid, path, str(project))
-
-
-def list_volumes(so_home: Path) -> list[HomeVolume]:
-    root = volumes_root(so_home)
-    found = []
-    for path in sorted(p for p in root.glob("*") if p.is_dir()) if root.is_dir() else []:
-        project = ""
-        with contextlib.suppress(OSError, ValueError):
-            data = json.loads((root / f"{path.name}.json").read_text())
-            project = str(data.get("project", "")) if isinstance(data, dict) else ""
-        found.append(HomeVolume(path.name, path, project))
-    return found
-
-
-def find_volume(so_home: Path, name: str) -> HomeVolume:
-    """A volume by id or unique id prefix."""
-    volumes = list_volumes(so_home)
-    exact = [v for v in volumes if v.id == name]
-    matches = exact or [v for v in volumes if v.id.startswith(name)]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise SoError(f"no volume {name!r}; see `so volume list`")
-    names = ", ".join(v.id for v in matches)
-    raise SoError(f"volume {name!r} is ambiguous ({names}); give more of its id")
-
-
-def empty_dir(path: Path) -> None:
-    """Remove everything inside ``path``, keeping ``path`` itself."""
-    from sono.overlay import remove_tree
-
-    for child in path.iterdir() if path.is_dir() else []:
-        if child.is_dir() and not child.is_symlink():
-            remove_tree(child)
-        else:
-            child.unlink()
-
-
 def seed_home(seed: Path, home: Path) -> None:
     """Copy the credential seed into the agent's home (host side: the home is a shared
     directory); the per-sandbox ``.so/`` stays where it is, mounted on its own."""
@@ -260,194 +167,6 @@ def ensure_vm_image(
     return ref
 
 
-# ---------------------------------------------------------------- limits
-
-
-def vcpus(limits: Limits | None) -> int:
-    if limits is None or limits.cpus is None:
-        return DEFAULT_CPUS
-    return max(1, math.floor(limits.cpus))
-
-
-def memory_mib(limits: Limits | None) -> int:
-    if limits is None or limits.memory is None:
-        return DEFAULT_MEMORY_MIB
-    return max(1, limits.memory // (1 << 20))
-
-
-def disk_mib(limits: Limits | None) -> int | None:
-    if limits is None or limits.disk is None:
-        return None
-    return max(1, limits.disk // (1 << 20))
-
-
-def plan_microvm(limits: Limits) -> dict[str, Enforcement]:
-    """How each set limit is enforced for a microVM sandbox (see :func:`create_kwargs`)."""
-    plan: dict[str, Enforcement] = {}
-    if limits.memory is not None:
-        plan["memory"] = Enforcement(
-            "memory",
-            "microvm",
-            f"the VM has {memory_mib(limits)} MiB of RAM (memory=) and no swap; the guest "
-            "kernel OOM-kills inside it, the host never sees more",
-            _value("memory", limits),
-        )
-    if limits.cpus is not None:
-        if limits.cpus < 1:
-            plan["cpus"] = Enforcement(
-                "cpus",
-                "none",
-                f"a VM has whole vCPUs: {limits.cpus:g} CPU cannot be expressed (1 is the least)",
-                _value("cpus", limits),
-            )
-        else:
-            n = vcpus(limits)
-            rounded = "" if n == limits.cpus else f"; {limits.cpus:g} rounded down to whole vCPUs"
-            plan["cpus"] = Enforcement(
-                "cpus", "microvm", f"{n} vCPU(s) (cpus=){rounded}", _value("cpus", limits)
-            )
-    if limits.pids is not None:
-        plan["pids"] = Enforcement(
-            "pids",
-            "rlimit",
-            f"RLIMIT_NPROC={limits.pids} on every exec as uid {AGENT_UID}; the guest kernel "
-            "counts that user's processes, and only the agent runs as it in the VM",
-            _value("pids", limits),
-        )
-    if limits.disk is not None:
-        base = _disk(limits, fsize=False)
-        plan["disk"] = Enforcement(
-            "disk",
-            base.mechanism,
-            f"{base.detail}; the VM's own root disk holds {disk_mib(limits)} MiB",
-            base.value,
-        )
-    return plan
-
-
-# ---------------------------------------------------------------- network and secrets
-
-
-@dataclass(frozen=True)
-class MicrovmNet:
-    """The network policy and secrets to hand to microsandbox itself (native mode)."""
-
-    policy: NetworkPolicy
-    secrets: tuple[Secret, ...] = ()
-
-
-def native_network(policy: NetworkPolicy) -> Network:
-    """Our policy as microsandbox's (first matching rule wins, egress denied by default):
-
-    deny entries → deny rules (names, ``.suffix`` as the domain and its subdomains, CIDRs);
-    IP/CIDR allow entries → allow rules (the only way to reach private ranges, as in
-    ours); private, loopback, link-local, metadata and multicast → denied; then
-    ``allowlist``: each name or suffix allowed, ``open``: the public internet. DNS goes
-    to microsandbox's resolver, whose rebind protection drops private answers for names
-    (ours: a name never unlocks a private address). Ingress is closed.
-    """
-    from microsandbox import (
-        Action,
-        DestGroup,
-        Destination,
-        Network,
-        NetworkDestination,
-        Rule,
-    )
-    from microsandbox import NetworkPolicy as SdkPolicy
-
-    if policy.mode == "none":
-        return Network(policy=SdkPolicy.none())
-
-    def destinations(text: str) -> list[NetworkDestination]:
-        entry = parse_entry(text)
-        if entry.kind == "network":
-            return [Destination.cidr(entry.value)]
-        if entry.kind == "suffix":
-            return [Destination.domain(entry.value), Destination.domain_suffix(f".{entry.value}")]
-        return [Destination.domain(entry.value)]
-
-    rules: list[Rule] = [*Rule.allow_dns()]
-    rules += [Rule.deny(destination=d) for text in policy.deny for d in destinations(text)]
-    listed = {parse_entry(t).value for t in policy.allow}
-    rules += [Rule.deny(destination=Destination.domain(h)) for h in sorted(METADATA_HOSTS - listed)]
-    rules += [
-        Rule.allow(destination=d)
-        for text in policy.allow
-        if parse_entry(text).kind == "network"
-        for d in destinations(text)
-    ]
-    rules += [
-        Rule.deny(destination=Destination.group(g))
-        for g in (
-            DestGroup.PRIVATE,
-            DestGroup.LOOPBACK,
-            DestGroup.LINK_LOCAL,
-            DestGroup.METADATA,
-            DestGroup.MULTICAST,
-        )
-    ]
-    if policy.mode == "open":
-        rules.append(Rule.allow(destination=Destination.group(DestGroup.PUBLIC)))
-    else:
-        rules += [
-            Rule.allow(destination=d)
-            for text in policy.allow
-            if parse_entry(text).kind != "network"
-            for d in destinations(text)
-        ]
-    return Network(
-        policy=SdkPolicy(
-            default_egress=Action.DENY, default_ingress=Action.DENY, rules=tuple(rules)
-        )
-    )
-
-
-def secret_hosts(hosts: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Our secret host entries as microsandbox allowed-host patterns, and the entries it
-    cannot express (address ranges: its secrets match the request's host name)."""
-    patterns: list[str] = []
-    unsupported: list[str] = []
-    for text in hosts:
-        entry = parse_entry(text)
-        if entry.kind == "suffix":
-            patterns += [entry.value, f"*.{entry.value}"]
-        elif entry.kind == "host":
-            patterns.append(entry.value)
-        elif entry.network is not None and entry.network.num_addresses == 1:
-            patterns.append(str(entry.network.network_address))
-        else:
-            unsupported.append(entry.text)
-    return patterns, unsupported
-
-
-def native_secrets(bound: Sequence[BoundSecret]) -> list[SecretEntry]:
-    """Each secret as a microsandbox placeholder: the guest sees ``NAME=<placeholder>``,
-    microsandbox swaps in the value host-side on requests to its hosts only (headers, as
-    our proxy does) and blocks it anywhere else."""
-    from microsandbox import Secret as SdkSecret
-    from microsandbox import ViolationAction
-
-    entries = []
-    for b in bound:
-        patterns, unsupported = secret_hosts(b.hosts)
-        if unsupported:
-            raise SoError(
-                f"secret {b.name}: microsandbox binds secrets to host names, not to "
-                f"{', '.join(unsupported)}; list host names in [secrets.{b.name}] hosts"
-            )
-        entries.append(
-            SdkSecret.env(
-                b.name,
-                value=b.value,
-                allow=patterns,
-                placeholder=b.placeholder,
-                violation_action=ViolationAction.BLOCK_AND_LOG,
-            )
-        )
-    return entries
-
-
 # ---------------------------------------------------------------- the VM's configuration
 
 
@@ -459,13 +178,7 @@ class VmLayout:
     home: Path  # the agent's home on the host (the project's volume)
 
 
-def create_kwargs(
-    spec: SandboxSpec,
-    layout: VmLayout,
-    *,
-    native: Network | None = None,
-    secrets: Sequence[SecretEntry] = (),
-) -> dict[str, Any]:
+def create_kwargs(spec: SandboxSpec, layout: VmLayout) -> dict[str, Any]:
     """``Sandbox.create`` keyword arguments for ``spec``; pure, unit-tested."""
     from microsandbox import (
         Image,
@@ -502,16 +215,11 @@ def create_kwargs(
     vsock: list[VsockRoute] = []
     if spec.net is not None:
         volumes[INSIDE_DIR] = bind(spec.net.socket_dir, readonly=True)  # the session CA
-        vsock.append(
-            VsockRoute.stream(str(socket_path(spec.net.socket_dir, GATEWAY_SOCK)), GATEWAY_PORT)
-        )
-        if native is None:
-            vsock.append(
-                VsockRoute.stream(str(socket_path(spec.net.socket_dir, PROXY_SOCK)), PROXY_PORT)
-            )
-            network = Network.none()  # no interface out: the proxy is the only way
-        else:
-            network = native
+        vsock += [
+            VsockRoute.stream(str(socket_path(spec.net.socket_dir, GATEWAY_SOCK)), GATEWAY_PORT),
+            VsockRoute.stream(str(socket_path(spec.net.socket_dir, PROXY_SOCK)), PROXY_PORT),
+        ]
+        network = Network.none()  # no interface out: the proxy is the only way
     else:  # made before the network policy: the public internet, as the host's network
         network = Network.from_profiles(NetworkProfile.PUBLIC)
     size = disk_mib(spec.limits)
@@ -532,47 +240,21 @@ def create_kwargs(
     }
     if patches:
         kwargs["patches"] = patches
-    if secrets:
-        kwargs["secrets"] = list(secrets)
-        kwargs["intercept_tls"] = True  # substitution happens inside TLS, host-side
     return kwargs
 
 
-def config_key(kwargs: Mapping[str, Any], secrets: Sequence[Secret] = ()) -> str:
-    """Changes of any of these need a new VM (image, mounts, network, limits, which
-    secrets go where); secret values never enter the key (it is written to a file)."""
-    shown = {k: v for k, v in kwargs.items() if k not in ("secrets", "intercept_tls")}
-    shown["secrets"] = sorted((s.name, tuple(s.hosts)) for s in secrets)
+def config_key(kwargs: Mapping[str, Any]) -> str:
+    """Changes of any of these need a new VM (image, mounts, network, limits, the files
+    copied in at boot)."""
+    shown = dict(kwargs)
+    shown["secrets"] = []  # keeps the keys of VMs made before as they were
     shown["copied"] = [_stamp(Path(p.src)) for p in kwargs.get("patches", ()) if p.src]
     return hashlib.sha256(repr(sorted(shown.items())).encode()).hexdigest()[:16]
 
 
-def exec_env(
-    spec: SandboxSpec, env: Mapping[str, str], *, native: frozenset[str] | None = None
-) -> dict[str, str]:
-    """The environment of a process in the VM. ``native``: the names of the secrets
-    microsandbox holds (the VM's own placeholders stand; the session's CA files are not
-    used) — ``None`` when so's proxy is the way out."""
-    proxied = spec.net is not None and native is None
-    merged = {
-        "HOME": GUEST_HOME,
-        "USER": "agent",
-        "LOGNAME": "agent",
-        "PATH": PATH,
-        "LANG": "C.UTF-8",
-        "TMPDIR": "/tmp",  # noqa: S108  the guest's /tmp, not the host's
-        "SO_SANDBOX_ID": spec.id,
-        **spec.env,
-        **env,
-        **(_proxy_env() if proxied else {}),
-    }
-    if native is not None:
-        merged = {
-            k: v
-            for k, v in merged.items()
-            if k not in native and not v.startswith(f"{INSIDE_DIR}/")
-        }
-    return merged
+def exec_env(spec: SandboxSpec, env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a process in the VM: so's proxy is its way out."""
+    return sandbox_env(spec, env, proxied=spec.net is not None, home=GUEST_HOME, user="agent")
 
 
 def shell_argv(
@@ -847,6 +529,10 @@ class SdkApi:
 class MicrovmBackend:
     name: ClassVar[str] = "microvm"
 
+    @classmethod
+    def from_settings(cls, settings: BackendSettings) -> MicrovmBackend:
+        return cls(base=settings.docker_base, progress=settings.progress)
+
     def __init__(
         self,
         *,
@@ -854,7 +540,6 @@ class MicrovmBackend:
         support: Callable[[], Support] | None = None,
         base: str | None = None,
         so_home: Path | None = None,
-        net: MicrovmNet | None = None,
         progress: Progress | None = None,
         image: Callable[[SandboxSpec], str] | None = None,
         runtime: RuntimeFinder = find_runtime,
@@ -864,11 +549,9 @@ class MicrovmBackend:
         self._support: Support | None = None
         self._base = base
         self._so_home = so_home
-        self._net = net
         self._progress = progress or (lambda line: None)
         self._image_fn = image
         self._live: dict[str, str] = {}  # sandbox id → config key of the VM running it
-        self._native: dict[str, frozenset[str]] = {}  # sandbox id → secrets microsandbox holds
 
     # ------------------------------------------------------------ host and runtime
 
@@ -891,7 +574,7 @@ class MicrovmBackend:
         if not support.ok:
             return Health(False, f"cannot boot a microVM here: {support.reason}", FIX)
         try:
-            self._docker().client()
+            connect()
         except SoError as exc:
             return Health(
                 False,
@@ -902,23 +585,13 @@ class MicrovmBackend:
 
     def _home(self) -> Path:
         if self._so_home is None:
-            from sono.state import so_home
-
-            self._so_home = so_home()
+            self._so_home = Path(home_dir())
         return self._so_home
-
-    def _docker(self) -> Any:
-        from sono.backends.docker import DockerBackend
-
-        return DockerBackend(base=self._base, progress=self._progress)
 
     def image_for(self, spec: SandboxSpec) -> str:
         if self._image_fn is not None:
             return self._image_fn(spec)
-        from sono.images import RunnerSpec
-
-        docker = self._docker()
-        images = docker.images()
+        images = Images(connect())
         base = self._base or images.default_base()
         # uid 1000 in the guest whoever runs so: the image is the VM's, not the host's.
         runner = RunnerSpec(base=base, uid=AGENT_UID, gid=AGENT_GID, project=spec.project)
@@ -936,7 +609,7 @@ class MicrovmBackend:
             return path
         return home_volume(self._home(), spec.project).path
 
-    def _kwargs(self, spec: SandboxSpec) -> tuple[dict[str, Any], frozenset[str] | None]:
+    def _kwargs(self, spec: SandboxSpec) -> dict[str, Any]:
         home = self.agent_home(spec)
         (home / SEED_DIR).mkdir(parents=True, exist_ok=True)  # the mount point of .so/
         (spec.home_seed / SEED_DIR).mkdir(parents=True, exist_ok=True)
@@ -949,20 +622,7 @@ class MicrovmBackend:
                         f"the sandbox's socket path {path} is longer than a Unix socket "
                         "path may be; set SO_HOME to a shorter directory"
                     )
-        if self._net is None or spec.net is None:
-            return create_kwargs(spec, layout), None
-        kwargs = create_kwargs(spec, layout, native=native_network(self._net.policy))
-        return kwargs, frozenset(s.name for s in self._net.secrets)
-
-    def _secret_kwargs(self, spec: SandboxSpec) -> dict[str, Any]:
-        """The secrets' values, read from the host only when a VM is made (so a later
-        ``so diff`` needs none of them exported)."""
-        if self._net is None or spec.net is None or not self._net.secrets:
-            return {}
-        from sono.net.secrets import resolve
-
-        entries = native_secrets(resolve(self._net.secrets, os.environ))
-        return {"secrets": entries, "intercept_tls": True}
+        return create_kwargs(spec, layout)
 
     def create(self, *, spec: SandboxSpec) -> None:
         self._require()
@@ -977,31 +637,27 @@ class MicrovmBackend:
         name = vm_name(spec.id)
         if not fresh and spec.id in self._live:
             return api
-        kwargs, native = self._kwargs(spec)
-        key = config_key(kwargs, self._net.secrets if self._net is not None else ())
+        kwargs = self._kwargs(spec)
+        key = config_key(kwargs)
         state = spec.writable_dir / STATE_FILE
         status = api.status(name)
         if fresh or status is None or _read_key(state) != key:
             if status is not None:
                 api.remove(name)
-            api.create(name, {**kwargs, **self._secret_kwargs(spec)})
+            api.create(name, kwargs)
             _write_key(state, key)
-            self._start_forwarder(api, spec, native)
+            self._start_forwarder(api, spec)
         elif status != "running":
             api.start(name)
-            self._start_forwarder(api, spec, native)
+            self._start_forwarder(api, spec)
         self._live[spec.id] = key
-        if native is not None:
-            self._native[spec.id] = native
         return api
 
-    def _start_forwarder(
-        self, api: MicrosandboxApi, spec: SandboxSpec, native: frozenset[str] | None
-    ) -> None:
-        """127.0.0.1:3129 (and :3128 without native networking) → vsock → host sockets."""
+    def _start_forwarder(self, api: MicrosandboxApi, spec: SandboxSpec) -> None:
+        """127.0.0.1:3128 and :3129 → vsock → the host's sockets."""
         if spec.net is None:
             return
-        ports = [GATEWAY_PORT] if native is not None else [PROXY_PORT, GATEWAY_PORT]
+        ports = [PROXY_PORT, GATEWAY_PORT]
         name = vm_name(spec.id)
         as_root(api, name, ["rm", "-f", FORWARD_READY])
         mappings = [f"{p}={p}" for p in ports]
@@ -1013,9 +669,6 @@ class MicrovmBackend:
         raise SoError(f"the network forwarder did not start in microVM {name}")
 
     # ------------------------------------------------------------ exec
-
-    def _env(self, spec: SandboxSpec, env: Mapping[str, str]) -> dict[str, str]:
-        return exec_env(spec, env, native=self._native.get(spec.id))
 
     def exec(
         self,
@@ -1029,58 +682,33 @@ class MicrovmBackend:
     ) -> proc.Streamed:
         api = self._vm(spec)
         seed_home(spec.home_seed, self.agent_home(spec))  # fresh credentials every run
-        start = time.monotonic()
-        timed_out = [False]
-        killed: list[str | None] = [None]
         with self._guard(spec) as guard:
-
-            def should_stop() -> bool:
-                if timeout is not None and time.monotonic() - start >= timeout:
-                    timed_out[0] = True
-                    return True
-                killed[0] = guard.check() if guard is not None else None
-                return killed[0] is not None
-
+            stopper = Stopper(timeout, guard)
             try:
                 code = api.stream(
                     vm_name(spec.id),
                     argv,
                     user=f"{AGENT_UID}:{AGENT_GID}",
                     cwd=spec.mount_point,
-                    env=self._env(spec, env),
+                    env=exec_env(spec, env),
                     stdin=stdin_text.encode() if stdin_text is not None else None,
                     nproc=spec.limits.pids if spec.limits is not None else None,
                     on_line=on_line,
-                    should_stop=should_stop,
+                    should_stop=stopper.should_stop,
                 )
             except KeyboardInterrupt:
                 self._kill_agent(api, spec)
                 raise
-            if timed_out[0] or killed[0]:
+            if stopper.stopped:
                 self._kill_agent(api, spec)
-            elif guard is not None:
-                killed[0] = guard.check()
-        return proc.Streamed(
-            returncode=None if timed_out[0] else code,
-            timed_out=timed_out[0],
-            interrupted=False,
-            duration_s=time.monotonic() - start,
-            killed=killed[0],
-        )
+            stopper.settle()
+        return stopper.result(code)
 
     @contextlib.contextmanager
     def _guard(self, spec: SandboxSpec) -> Iterator[Guard | None]:
         """The VM itself bounds memory and CPUs; this watches the workspace's disk use."""
-        limits = spec.limits
-        if limits is None or limits.disk is None:
-            yield None
-            return
-        disk = DiskWatch(spec.writable_dir, limits.disk, lambda size: None, interval=0.5)
-        disk.start()
-        try:
-            yield Guard(disk=disk)
-        finally:
-            disk.stop()
+        with disk_watch(spec) as disk:
+            yield Guard(disk=disk) if disk is not None else None
 
     def _kill_agent(self, api: MicrosandboxApi, spec: SandboxSpec) -> None:
         """Every process of the agent user dies: the whole tree, whatever it forked."""
@@ -1101,7 +729,7 @@ class MicrovmBackend:
             argv,
             user=f"{AGENT_UID}:{AGENT_GID}",
             cwd=spec.mount_point,
-            env=self._env(spec, env or {}),
+            env=exec_env(spec, env or {}),
         )
         done = proc.Completed(tuple(argv), out.code, out.stdout, out.stderr)
         if check and done.returncode != 0:
@@ -1112,7 +740,7 @@ class MicrovmBackend:
         api = self._vm(spec)
         seed_home(spec.home_seed, self.agent_home(spec))
         tty = os.isatty(0) and os.isatty(1)
-        env = self._env(
+        env = exec_env(
             spec, {"TERM": os.environ.get("TERM", "xterm"), "PS1": f"(so:{spec.id}) \\w\\$ "}
         )
         return proc.interactive(shell_argv(api.cli(), spec, env, argv, tty=tty))
@@ -1130,7 +758,7 @@ class MicrovmBackend:
     # ------------------------------------------------------------ policy answers
 
     def plan_limits(self, limits: Limits) -> dict[str, Enforcement]:
-        return plan_microvm(limits)
+        return plan_limits(limits)
 
     def refresh(self, *, spec: SandboxSpec) -> None:
         """Nothing to do: the workspace is always a copy, shared live over virtiofs."""
@@ -1168,7 +796,5 @@ def _read_key(path: Path) -> str | None:
 
 
 def _write_key(path: Path, key: str) -> None:
-    from sono.state import write_json_atomic
-
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, {"key": key})

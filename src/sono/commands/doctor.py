@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sono import agents, proc
 from sono.app.policy import backend_settings, limits_of
-from sono.backends import BACKENDS, PLANNED, choose_auto, get_backend
+from sono.backends import BACKENDS, choose_auto, get_backend
 from sono.backends.base import Backend
 from sono.commands import _common as c
 from sono.config import Config, ProjectFile
@@ -45,8 +45,6 @@ def run(args: argparse.Namespace) -> int:
         if health.ok:
             out.append(_workspace(name, backend, cfg.workspace))
             out += _limits(name, backend, cfg)
-    for name in PLANNED:
-        out.append(line(None, f"backend {name}", "not supported yet"))
     out.append(line(selected_ok, "selected sandbox", f"{selected} ({why})"))
     out.append(line(True, "network", _network(cfg)))
     if cfg.project_file is not None:

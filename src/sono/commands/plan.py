@@ -55,7 +55,7 @@ def interactive_session(
     host = inspect_host(root)
     ctx = c.context(args)
     cfg = ctx.config(host.root)
-    chosen = backend_for(ctx, cfg)
+    chosen = backend_for(ctx, cfg, host.root)
     policy = policy_for(ctx, cfg, chosen.backend)  # fail closed before creating anything
     agent = resolve_agent(ctx, cfg, task=task)
     sandbox = create_sandbox(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from sono.backends.microvm import empty_dir, find_volume, list_volumes
+from sono.backends.microvm_volumes import empty_dir, find_volume, list_volumes
 from sono.commands import _common as c
 from sono.errors import SoError
 from sono.limits import format_size

@@ -36,25 +36,18 @@ import stat
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from secrets import token_hex
 from typing import Any
 from urllib.parse import urlsplit
 
+from sono.layout import CA_INSIDE, GATEWAY_PORT, GATEWAY_SOCK, PROXY_SOCK, SOCKETS
 from sono.net.gateway import ApiKind, AuthStyle, GatewayThread, Route
 from sono.net.policy import NetworkPolicy
 from sono.net.proxy import ProxyThread
 from sono.net.secrets import BoundSecret, Secret, resolve, sandbox_env
 from sono.net.usage import Measured, measure
 
-PROXY_PORT = 3128
-GATEWAY_PORT = 3129
-INSIDE_DIR = "/run/so/net"
-FORWARDER_INSIDE = "/run/so/forward.py"
-SOCKETS = "p"  # the sockets' own directory (private, 0700), under the bound one; short: sun_path
-PROXY_SOCK = "proxy.sock"
-GATEWAY_SOCK = "gateway.sock"
 PLACEHOLDER = "so-placeholder-the-gateway-adds-the-real-key"
 
 # Model API families: default upstream, the base-URL variable, key variables and their style.
@@ -67,32 +60,6 @@ FAMILIES: dict[ApiKind, tuple[str, str, tuple[tuple[str, AuthStyle], ...]]] = {
     "openai": ("https://api.openai.com/v1", "OPENAI_BASE_URL", (("OPENAI_API_KEY", "bearer"),)),
 }
 SECRET_VARS = tuple(var for _, _, keys in FAMILIES.values() for var, _ in keys)
-
-
-def forwarder_path() -> Path:
-    return Path(str(resources.files("sono.net").joinpath("forward.py")))
-
-
-def socket_path(bound_dir: Path, name: str) -> Path:
-    """Where socket ``name`` is on the host, ``bound_dir`` being the one bound inside."""
-    return bound_dir / SOCKETS / name
-
-
-def forwarder_argv(python: str = "python3", *, euid: int | None = None) -> list[str]:
-    """The forwarder's command line inside; ``euid``: started as root, it connects as
-    that uid (the sockets' owner)."""
-    inside = f"{INSIDE_DIR}/{SOCKETS}/"
-    return [
-        python,
-        "-S",  # no site, no environment, no user dir: start-up time, and no
-        "-E",  # PYTHON* variables of the agent's choosing
-        "-s",
-        FORWARDER_INSIDE,
-        *(("--euid", str(euid)) if euid is not None else ()),
-        "--ignore-stdin",
-        f"127.0.0.1:{PROXY_PORT}={inside}{PROXY_SOCK}",
-        f"127.0.0.1:{GATEWAY_PORT}={inside}{GATEWAY_SOCK}",
-    ]
 
 
 @dataclass(frozen=True)
@@ -126,19 +93,6 @@ def gateway_for(host_env: Mapping[str, str]) -> Gatewayed:
         endpoints[family] = f"http://127.0.0.1:{GATEWAY_PORT}/{family}"
         env[base_var] = endpoints[family]
     return Gatewayed(tuple(routes), endpoints, env)
-
-
-def proxy_env() -> dict[str, str]:
-    url = f"http://127.0.0.1:{PROXY_PORT}"
-    loopback = "localhost,127.0.0.1,::1"
-    return {
-        "HTTP_PROXY": url,
-        "HTTPS_PROXY": url,
-        "http_proxy": url,
-        "https_proxy": url,
-        "NO_PROXY": loopback,
-        "no_proxy": loopback,
-    }
 
 
 @dataclass
@@ -290,7 +244,7 @@ def session_for(
         if policy.mode != "none":
             from sono.net.tls import trust_env
 
-            forced.update(trust_env(f"{INSIDE_DIR}/ca.pem"))
+            forced.update(trust_env(CA_INSIDE))
         env.update(forced)
         gatewayed = dataclasses.replace(gatewayed, env=env, sandbox_env=forced)
     return NetSession(net_dir, policy, gatewayed.routes, bound), gatewayed

@@ -31,11 +31,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from sono.layout import CA_INSIDE
+
 CA_VALIDITY = datetime.timedelta(days=30)
 CLOCK_SKEW = datetime.timedelta(hours=1)  # certificates start this long before "now"
 CA_FILE = "ca.pem"
 BUNDLE_FILE = "ca-bundle.pem"
-CA_INSIDE = "/run/so/net/ca.pem"
 HOST_BUNDLES = (
     "/etc/ssl/certs/ca-certificates.crt",  # Debian, Ubuntu, Alpine, Arch
     "/etc/pki/tls/certs/ca-bundle.crt",  # Fedora, RHEL
