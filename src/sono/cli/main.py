@@ -257,6 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("so: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `so doctor | head`: the reader has all it wanted
+        return _pipe_closed()
     except Exception:
         import tempfile
         import traceback
@@ -276,13 +278,27 @@ FAST = {("list",): False, ("list", "--json"): True}  # argv → --json, answered
 
 
 def entry() -> None:
-    fast = FAST.get(tuple(sys.argv[1:]))
-    if fast is not None:
-        from sono.commands.list import fast as fast_list
+    try:
+        code = _dispatch()
+        sys.stdout.flush()  # a closed pipe shows here, not as a warning at exit
+    except BrokenPipeError:  # `so config | head -1`, `so --help | head`
+        code = _pipe_closed()
+    sys.exit(code)
 
-        try:
-            sys.exit(fast_list(fast))
-        except BrokenPipeError:  # `so list | head`
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            sys.exit(0)
-    sys.exit(main())
+
+def _dispatch() -> int:
+    as_json = FAST.get(tuple(sys.argv[1:]))
+    if as_json is not None:
+        from sono.commands.list import config_files, fast
+
+        # A config file to validate takes the full path (and its errors, main's handler).
+        if not config_files(os.environ):
+            return fast(as_json)
+    return main()
+
+
+def _pipe_closed() -> int:
+    """Quiet exit 0 when stdout's reader went away: later writes (and the flush at exit)
+    go to /dev/null instead of raising again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0

@@ -9,7 +9,7 @@ import importlib
 import os
 
 from sono.commands import _common as c
-from sono.commands.list import table
+from sono.commands.list import check_config, table
 from sono.errors import SoError
 from sono.review import merge, reset, show_diff
 from sono.sandbox import Sandbox, open_sandbox, remove_sandbox
@@ -20,6 +20,7 @@ ACTIONS = "[d]iff  [s]hell  [r]eset  [c]ontinue  [m]erge  [x] delete  [q]uit"
 
 
 def run(args: argparse.Namespace) -> int:
+    check_config()  # a broken config file is an error here too, not passed over
     store = c.store()
     records = store.all()
     if not c.interactive_tty():
