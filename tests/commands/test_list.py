@@ -157,3 +157,11 @@ def test_config_files_finds_the_user_and_the_project_file(repo: Path, isolated_h
     assert found == [str(user), str(repo / ".so" / "config.toml")]
     assert project_dir(str(repo / "sub")) == str(repo)
     assert project_dir("/") is None
+
+
+def test_the_check_knows_every_harness() -> None:
+    """check_config validates `harness` against the config's names, not the registry's."""
+    from sono.config import DEFAULT_HARNESSES
+    from sono.harnesses import HARNESSES
+
+    assert set(DEFAULT_HARNESSES) == set(HARNESSES)

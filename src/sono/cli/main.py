@@ -250,10 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = module.run(args)
     except SoError as exc:
-        from sono.textsafe import for_terminal  # an error may quote the sandbox's output
-
-        print(f"so: error: {for_terminal(str(exc))}", file=sys.stderr)
-        return exc.exit_code
+        return _error(exc)
     except KeyboardInterrupt:
         print("so: interrupted", file=sys.stderr)
         return 130
@@ -286,15 +283,25 @@ def entry() -> None:
     sys.exit(code)
 
 
+def _error(exc: SoError) -> int:
+    from sono.textsafe import for_terminal  # an error may quote the sandbox's output
+
+    print(f"so: error: {for_terminal(str(exc))}", file=sys.stderr)
+    return exc.exit_code
+
+
 def _dispatch() -> int:
     as_json = FAST.get(tuple(sys.argv[1:]))
-    if as_json is not None:
-        from sono.commands.list import config_files, fast
+    if as_json is None:
+        return main()
+    from sono.commands.list import check_config, config_files, fast
 
-        # A config file to validate takes the full path (and its errors, main's handler).
-        if not config_files(os.environ):
-            return fast(as_json)
-    return main()
+    if config_files(os.environ):  # rare: only then is the TOML read (a broken file fails)
+        try:
+            check_config()
+        except SoError as exc:
+            return _error(exc)
+    return fast(as_json)
 
 
 def _pipe_closed() -> int:

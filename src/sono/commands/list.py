@@ -116,11 +116,11 @@ def check_config() -> None:
     (list, menu) must not pass over a file every other command refuses."""
     from pathlib import Path
 
-    from sono.config import inspect_project, load_config
-    from sono.harnesses import HARNESSES
+    from sono.config import DEFAULT_HARNESSES, inspect_project, load_config
 
     project = project_dir(str(Path.cwd()))
-    home, choices = Path.home(), list(HARNESSES)
+    # The config's own harness names (sono.harnesses' registry, without importing it).
+    home, choices = Path.home(), DEFAULT_HARNESSES
     if project is not None:  # the user file, then the project file
         inspect_project(project=Path(project), env=os.environ, home=home, harness_choices=choices)
         return
