@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import so
+from helpers import SO, so
 from sono.commands.list import age, config_files, epoch_seconds, fast, project_dir, run, table
 from sono.state import SandboxRecord, Store
 
@@ -165,3 +165,18 @@ def test_the_check_knows_every_harness() -> None:
     from sono.harnesses import HARNESSES
 
     assert set(DEFAULT_HARNESSES) == set(HARNESSES)
+
+
+def test_list_from_a_removed_directory_still_answers(tmp_path: Path, isolated_home: Path) -> None:
+    (isolated_home / ".config" / "so").mkdir(parents=True)
+    (isolated_home / ".config" / "so" / "config.toml").write_text("iterations = 2\n")
+    for argv in (["list"], ["list", "--json"]):
+        (tmp_path / "gone").mkdir()
+        out = subprocess.run(
+            ["sh", "-c", 'cd gone && rmdir ../gone && exec "$@"', "sh", SO, *argv],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert (out.returncode, out.stderr) == (0, ""), out.stderr

@@ -101,7 +101,10 @@ def config_files(env: Mapping[str, str], cwd: str = ".") -> list[str]:
 def project_dir(cwd: str) -> str | None:
     """The nearest directory up from ``cwd`` with a ``.git`` (a repository's top level),
     commits or not."""
-    here = os.path.abspath(cwd)  # noqa: PTH100
+    try:
+        here = os.path.abspath(cwd)  # noqa: PTH100
+    except OSError:  # the working directory was removed: no project
+        return None
     while not os.path.lexists(os.path.join(here, ".git")):  # noqa: PTH118
         parent = os.path.dirname(here)  # noqa: PTH120
         if parent == here:
@@ -118,7 +121,7 @@ def check_config() -> None:
 
     from sono.config import DEFAULT_HARNESSES, inspect_project, load_config
 
-    project = project_dir(str(Path.cwd()))
+    project = project_dir(".")
     # The config's own harness names (sono.harnesses' registry, without importing it).
     home, choices = Path.home(), DEFAULT_HARNESSES
     if project is not None:  # the user file, then the project file
