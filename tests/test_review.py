@@ -10,7 +10,7 @@ import pytest
 from fakes import fake_sandbox
 from helpers import git, make_repo, tree_snapshot
 from sono.errors import SoError
-from sono.review import diff_text, merge, reset, resolve_rev
+from sono.review import diff_text, merge, reset, resolve_rev, show_diff
 from sono.sandbox import Sandbox
 
 
@@ -205,3 +205,61 @@ def test_ordinary_files_do_not_run_code(path: str) -> None:
     from sono.review import runs_code
 
     assert not runs_code(path)
+
+
+# --- the pager: through sono.proc; a missing or failing one still shows the diff ----------
+
+
+def on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """show_diff as on a terminal (stdout "is a tty"), without delta and without colour.
+    Called in the test itself: ``capfd`` sets ``sys.stdout`` only when the test starts."""
+    import shutil
+    import sys
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setenv("NO_COLOR", "1")
+
+
+@pytest.mark.parametrize(
+    ("pager", "note"),
+    [
+        ("/nonexistent/pager -R", "so: pager: command not found: /nonexistent/pager"),
+        ("false", "so: pager 'false' exited with 1; the diff follows"),
+        ("less 'unclosed", 'so: pager: cannot parse "less \'unclosed"'),
+    ],
+)
+def test_a_missing_or_failing_pager_prints_the_diff(
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    pager: str,
+    note: str,
+) -> None:
+    _, sb = sandbox_with_commits(tmp_path, {"a.txt": "one\n"})
+    on_a_terminal(monkeypatch)
+    show_diff(sb, iteration=None, stat=False, pager=pager)
+    out, err = capfd.readouterr()
+    assert note in err and len(err.strip().splitlines()) == 1
+    assert out.count("+one") == 1
+
+
+def test_a_working_pager_gets_the_diff_on_stdin(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, sb = sandbox_with_commits(tmp_path, {"a.txt": "one\n"})
+    on_a_terminal(monkeypatch)
+    show_diff(sb, iteration=None, stat=False, pager="sed s/^/paged:/")
+    out, err = capfd.readouterr()
+    assert err == "" and "paged:+one" in out and out.count("+one") == 1
+
+
+def test_a_pager_that_quits_without_reading_is_no_error(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    big = "".join(f"line {i}\n" for i in range(200_000))  # more than a pipe holds
+    _, sb = sandbox_with_commits(tmp_path, {"a.txt": big})
+    on_a_terminal(monkeypatch)
+    show_diff(sb, iteration=None, stat=False, pager="true")
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")

@@ -133,6 +133,29 @@ def interactive(
             continue
 
 
+def page(argv: Sequence[str], text: str) -> int:
+    """Show ``text`` through a pager on the user's terminal (the text on its stdin); its
+    exit code. A pager that quits before reading everything (``q`` in less) is fine.
+    SoError when it cannot start."""
+    log.debug("page: %s", shlex.join(argv))
+    try:
+        proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE)
+    except FileNotFoundError as exc:
+        raise _not_found(argv) from exc
+    except OSError as exc:
+        raise SoError(f"cannot run {argv[0]}: {exc.strerror}") from exc
+    assert proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.write(text.encode())
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.close()
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            continue  # the pager shares the terminal: Ctrl-C is its to handle
+
+
 def _not_found(argv: Sequence[str]) -> SoError:
     return SoError(f"command not found: {argv[0]} (is it installed and on PATH?)")
 

@@ -7,7 +7,6 @@ import os
 import re
 import secrets
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -98,30 +97,32 @@ def show_diff(
     if not text.strip():
         print("(no changes)")
         return
-    command = [delta] if delta else _pager(pager) if tty else None
-    if command is None:
+    if not tty:
         sys.stdout.write(text)
         return
     try:
-        child = subprocess.Popen(command, stdin=subprocess.PIPE)
-    except OSError as exc:
-        print(f"so: pager {command[0]!r} failed ({exc.strerror}); the diff:", file=sys.stderr)
+        command = [delta] if delta else _pager(pager)
+        code = proc.page(command, text)
+    except SoError as exc:
+        print(f"so: pager: {exc}; the diff follows", file=sys.stderr)
         sys.stdout.write(text)
         return
-    with child:
-        assert child.stdin is not None
-        try:
-            child.stdin.write(text.encode())
-            child.stdin.close()
-        except BrokenPipeError:
-            pass
+    if code != 0:
+        print(f"so: pager {command[0]!r} exited with {code}; the diff follows", file=sys.stderr)
+        sys.stdout.write(text)
 
 
 def _pager(configured: str | None) -> list[str]:
     import shlex
 
     value = configured or os.environ.get("PAGER") or "less -R"
-    return shlex.split(value)
+    try:
+        argv = shlex.split(value)
+    except ValueError as exc:
+        raise SoError(f"cannot parse {value!r} ({exc})") from exc
+    if not argv:
+        raise SoError("the pager setting is empty")
+    return argv
 
 
 def reset(sandbox: Sandbox, rev: str) -> str:

@@ -187,7 +187,10 @@ class Store:
     def load(self, sandbox_id: str) -> SandboxRecord:
         path = self.dir(sandbox_id) / "sandbox.json"
         try:
-            return SandboxRecord.from_json(json.loads(path.read_text()))
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict):
+                raise TypeError(f"a JSON {type(data).__name__}, not an object")
+            return SandboxRecord.from_json(data)
         except FileNotFoundError:
             raise SoError(f"no sandbox {sandbox_id!r}; `so list` shows the existing ones") from None
         except (ValueError, TypeError) as exc:

@@ -2,12 +2,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from sono.commands.list import age, epoch_seconds, fast, run, table
+from helpers import SO, so
+from sono.commands.list import age, config_files, epoch_seconds, fast, project_dir, run, table
 from sono.state import SandboxRecord, Store
 
 
@@ -97,3 +99,84 @@ def test_table_shows_record_strings_inert() -> None:
     assert "\x1b" not in text and "\x9b" not in text and "\u202e" not in text
     assert "evil^[]0;title^G<U+009B>2J<U+202E>" in text and "x^[[8mhid" in text
     assert len(text.splitlines()) == 2
+
+
+# --- a broken config file is an error for list, menu and bare `so` ---------------------
+
+BROKEN = {
+    "toml": ("iterations = [\n", "invalid TOML at line 1"),
+    "key": ("iteratoins = 3\n", "unknown key 'iteratoins'"),
+}
+
+
+@pytest.mark.parametrize("argv", [["list"], ["list", "--json"], ["menu"], []])
+@pytest.mark.parametrize("where", ["user", "project"])
+@pytest.mark.parametrize("kind", sorted(BROKEN))
+def test_broken_config_fails_list_and_menu(
+    argv: list[str], where: str, kind: str, repo: Path, isolated_home: Path
+) -> None:
+    text, message = BROKEN[kind]
+    base = isolated_home / ".config" / "so" if where == "user" else repo / ".so"
+    base.mkdir(parents=True)
+    (base / "config.toml").write_text(text)
+    out = so(*argv, cwd=repo)
+    assert out.returncode == 1 and out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(base / "config.toml") in lines[0] and message in lines[0]
+
+
+def test_valid_config_files_still_list(repo: Path, isolated_home: Path) -> None:
+    (isolated_home / ".config" / "so").mkdir(parents=True)
+    (isolated_home / ".config" / "so" / "config.toml").write_text("iterations = 2\n")
+    (repo / ".so").mkdir()
+    (repo / ".so" / "config.toml").write_text('harness = "custom"\n')
+    out = so("list", cwd=repo)
+    assert (out.returncode, out.stderr) == (0, "") and "no sandboxes" in out.stdout
+
+
+def test_a_project_without_commits_is_checked_too(tmp_path: Path) -> None:
+    project = tmp_path / "fresh"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    (project / ".so").mkdir()
+    (project / ".so" / "config.toml").write_text("nope = 1\n")
+    out = so("list", cwd=project / ".so")
+    assert out.returncode == 1 and "nope" in out.stderr
+
+
+def test_config_files_finds_the_user_and_the_project_file(repo: Path, isolated_home: Path) -> None:
+    env = {"XDG_CONFIG_HOME": str(isolated_home / ".config")}
+    assert config_files(env, str(repo)) == []
+    user = isolated_home / ".config" / "so" / "config.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text("")
+    (repo / "sub").mkdir()
+    (repo / ".so").mkdir()
+    (repo / ".so" / "config.toml").write_text("")
+    found = config_files(env, str(repo / "sub"))
+    assert found == [str(user), str(repo / ".so" / "config.toml")]
+    assert project_dir(str(repo / "sub")) == str(repo)
+    assert project_dir("/") is None
+
+
+def test_the_check_knows_every_harness() -> None:
+    """check_config validates `harness` against the config's names, not the registry's."""
+    from sono.config import DEFAULT_HARNESSES
+    from sono.harnesses import HARNESSES
+
+    assert set(DEFAULT_HARNESSES) == set(HARNESSES)
+
+
+def test_list_from_a_removed_directory_still_answers(tmp_path: Path, isolated_home: Path) -> None:
+    (isolated_home / ".config" / "so").mkdir(parents=True)
+    (isolated_home / ".config" / "so" / "config.toml").write_text("iterations = 2\n")
+    for argv in (["list"], ["list", "--json"]):
+        (tmp_path / "gone").mkdir()
+        out = subprocess.run(
+            ["sh", "-c", 'cd gone && rmdir ../gone && exec "$@"', "sh", SO, *argv],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert (out.returncode, out.stderr) == (0, ""), out.stderr

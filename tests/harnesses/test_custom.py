@@ -6,7 +6,7 @@ from sono.errors import SoError
 from sono.events import Text, ToolCall
 from sono.harnesses import get_harness
 from sono.harnesses.base import AgentOptions
-from sono.harnesses.custom import CustomHarness, CustomParser
+from sono.harnesses.custom import CustomHarness, CustomParser, shell_operator
 
 
 def test_argv_from_agent_cmd() -> None:
@@ -47,3 +47,46 @@ def test_unknown_and_missing_harnesses(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "ghost" not in harnesses.available()
     with pytest.raises(SoError, match="unknown harness"):
         get_harness("nope")
+
+
+@pytest.mark.parametrize(
+    ("cmd", "operator"),
+    [
+        ("echo hi > f && git commit -am x", ">"),
+        ("make && git commit -am x", "&&"),
+        ("agent || true", "||"),
+        ("agent | tee log", "|"),
+        ("agent; git commit", ";"),
+        ("agent < prompt.md", "<"),
+        ("agent `cat flags`", "`"),
+        ("agent $(cat flags)", "$("),
+        ('agent "--flags=$(cat f)"', "$("),  # a shell expands it in double quotes too
+        ("agent &", "&"),
+    ],
+)
+def test_unquoted_shell_operators_are_refused(cmd: str, operator: str) -> None:
+    with pytest.raises(SoError) as info:
+        CustomHarness().unattended_argv(AgentOptions(agent_cmd=cmd))
+    message = str(info.value)
+    assert f"{operator!r}" in message and "not run by a shell" in message
+    assert "sh -c '…'" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        "sh -c 'echo hi > f && git commit -am x'",
+        'my-agent --pattern "a|b" --sep ";"',
+        r"my-agent a\;b a\>b",
+        "my-agent '$(not run)' '`x`'",
+        "my-agent --url https://x.invalid/?a=1",
+    ],
+)
+def test_quoted_operators_are_arguments(cmd: str) -> None:
+    argv = CustomHarness().unattended_argv(AgentOptions(agent_cmd=cmd))
+    assert argv[0] in ("sh", "my-agent") and len(argv) > 1
+
+
+def test_shell_operator_reports_the_first_one() -> None:
+    assert shell_operator("a 'x && y' && b > c") == "&&"
+    assert shell_operator('a "unclosed') is None

@@ -62,7 +62,7 @@ def tool_turn(call_id: str) -> list[dict[str, Any]]:
 def test_first_step_runs_first_script_with_placeholders() -> None:
     reply = plan_reply(agent_body(user(PROMPT)))
     assert reply == Reply(
-        text="Running step 1.",
+        text="Running step 3.",
         stop_reason="tool_use",
         tool_name="Bash",
         tool_input={"command": "echo 2 of 5", "description": "scripted step"},
@@ -71,7 +71,7 @@ def test_first_step_runs_first_script_with_placeholders() -> None:
 
 def test_step_index_is_the_number_of_tool_results() -> None:
     reply = plan_reply(agent_body(user(PROMPT), *tool_turn("a")))
-    assert reply.text == "Running step 2."
+    assert reply.text == "Running step 4."
     assert reply.tool_input == {"command": "git commit", "description": "scripted step"}
 
 
@@ -199,7 +199,7 @@ def test_non_streaming_message(server: ModelServer) -> None:
     assert msg["type"] == "message" and msg["role"] == "assistant"
     assert msg["stop_reason"] == "tool_use"
     text, tool = msg["content"]
-    assert text == {"type": "text", "text": "Running step 1."}
+    assert text == {"type": "text", "text": "Running step 3."}
     assert tool["type"] == "tool_use" and tool["id"].startswith("toolu_")
     assert tool["input"] == {"command": "echo 2 of 5", "description": "scripted step"}
     usage = msg["usage"]
@@ -228,7 +228,7 @@ def test_streaming_message_reassembles(server: ModelServer) -> None:
                 block["text"] += delta["text"]
             else:
                 block["json"] += delta["partial_json"]
-    assert blocks[0]["text"] == "Running step 2."
+    assert blocks[0]["text"] == "Running step 4."
     assert blocks[1]["name"] == "Bash"
     assert json.loads(blocks[1]["json"])["command"] == "git commit"
     final = events[-2][1]
@@ -338,3 +338,11 @@ def test_module_entry_point_prints_url_first() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_steps_count_on_across_iterations() -> None:
+    """A loop's fresh conversation per iteration: steps go 1, 2, 3 … not 1, 1, 1."""
+    one = "Iteration {}/3.\n<so-script>bash steps.sh {{i}}</so-script>"
+    texts = [plan_reply(agent_body(user(one.format(i)))).text for i in (1, 2, 3)]
+    assert texts == ["Running step 1.", "Running step 2.", "Running step 3."]
+    assert plan_reply(agent_body(user("<so-script>x</so-script>"))).text == "Running step 1."

@@ -91,7 +91,7 @@ def test_streamed_first_step_calls_bash_with_its_schema() -> None:
     routed = handle(body(user(PROMPT), stream=True, stream_options={"include_usage": True}))
     assert routed.sse is not None
     out = collect(list(routed.sse))
-    assert out["content"] == "Running step 1."
+    assert out["content"] == "Running step 3."
     assert out["reasoning"] == REASONING_TEXT
     [call] = out["calls"].values()
     assert call["name"] == "bash" and call["id"].startswith("call_") and call["type"] == "function"

@@ -127,7 +127,7 @@ def test_first_step_calls_exec_with_the_script_as_js() -> None:
     kinds = [item["type"] for item in response["output"]]
     assert kinds == ["reasoning", "message", "custom_tool_call"]
     assert response["output"][0]["summary"][0]["text"] == REASONING_TEXT
-    assert response["output"][1]["content"][0]["text"] == "Running step 1."
+    assert response["output"][1]["content"][0]["text"] == "Running step 3."
     call = response["output"][2]
     assert call["name"] == "exec" and call["call_id"].startswith("call_")
     assert call["input"] == exec_js("echo \"2 of 5\" > 'x.txt'")
@@ -213,7 +213,7 @@ def test_stream_is_well_formed_and_reassembles() -> None:
     added = [e["output_index"] for e in events if e["type"] == "response.output_item.added"]
     assert added == [0, 1, 2]
     text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
-    assert text == "Running step 1."
+    assert text == "Running step 3."
     js = "".join(e["delta"] for e in events if e["type"] == "response.custom_tool_call_input.delta")
     assert js == final["output"][2]["input"]
     summary = [e for e in events if e["type"] == "response.reasoning_summary_text.done"]

@@ -3,12 +3,13 @@ from __future__ import annotations
 import io
 import json
 import re
+from pathlib import Path
 
 from rich.console import Console
 
 from sono.events import Error, Result, Text, ToolCall, ToolResult, Usage
 from sono.loop import LoopResult
-from sono.state import IterationRecord
+from sono.state import IterationRecord, Store, so_home
 from sono.ui.reporter import JsonReporter, LiveReporter, PlainReporter, render_event
 
 
@@ -53,13 +54,40 @@ def test_plain_reporter_summary_and_table() -> None:
     assert "tokens in" in text and "total" in text and "5.0s" in text
 
 
-def test_quiet_reporter_prints_only_summaries() -> None:
+def test_quiet_reporter_prints_only_summaries_and_errors() -> None:
     out = io.StringIO()
     rep = PlainReporter(out, quiet=True)
     rep.iteration_started(1, 1, "x")
     rep.event(ToolCall(name="Bash", summary="ls"))
+    rep.event(Text(text="thinking"))
+    rep.event(Result(ok=True, text="fine"))
+    rep.event(Error(message="model refused"))
+    rep.event(Result(ok=False, text="agent gave up"))
     rep.iteration_ended(record(1), 1)
-    assert out.getvalue().count("\n") == 1 and "iteration 1:" in out.getvalue()
+    rep.run_ended(RESULT)  # no table under -q
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3, lines
+    assert "model refused" in lines[0] and "agent gave up" in lines[1]
+    assert "iteration 1:" in lines[2]
+
+
+def test_an_iteration_without_a_commit_says_so_and_where_its_log_is(
+    isolated_home: Path,
+) -> None:
+    log = Store(so_home()).iteration_dir("proj-1234", 2) / "output.log"
+    out = io.StringIO()
+    rep = PlainReporter(out, quiet=True)
+    rep.iteration_started(2, 3, "proj-1234")
+    rep.iteration_ended(record(2, commits=()), 3)
+    rep.iteration_ended(record(3), 3)
+    lines = out.getvalue().splitlines()
+    assert lines[1] == f"   iteration 2 made no commit; the agent's output is in {log}"
+    assert len(lines) == 3 and "no commit" not in lines[2]
+    buf = io.StringIO()
+    live = LiveReporter(Console(file=buf, force_terminal=True, width=300, color_system=None))
+    live.iteration_started(2, 3, "proj-1234")
+    live.iteration_ended(record(2, commits=()), 3)
+    assert f"made no commit; the agent's output is in {log}" in buf.getvalue()
 
 
 def test_json_reporter_lines_parse() -> None:

@@ -220,13 +220,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = module.run(args)
     except SoError as exc:
-        from sono.textsafe import for_terminal  # an error may quote the sandbox's output
-
-        print(f"so: error: {for_terminal(str(exc))}", file=sys.stderr)
-        return exc.exit_code
+        return _error(exc)
     except KeyboardInterrupt:
         print("so: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `so doctor | head`: the reader has all it wanted
+        return _pipe_closed()
     except Exception:
         import tempfile
         import traceback
@@ -246,13 +245,37 @@ FAST = {("list",): False, ("list", "--json"): True}  # argv → --json, answered
 
 
 def entry() -> None:
-    fast = FAST.get(tuple(sys.argv[1:]))
-    if fast is not None:
-        from sono.commands.list import fast as fast_list
+    try:
+        code = _dispatch()
+        sys.stdout.flush()  # a closed pipe shows here, not as a warning at exit
+    except BrokenPipeError:  # `so config | head -1`, `so --help | head`
+        code = _pipe_closed()
+    sys.exit(code)
 
+
+def _error(exc: SoError) -> int:
+    from sono.textsafe import for_terminal  # an error may quote the sandbox's output
+
+    print(f"so: error: {for_terminal(str(exc))}", file=sys.stderr)
+    return exc.exit_code
+
+
+def _dispatch() -> int:
+    as_json = FAST.get(tuple(sys.argv[1:]))
+    if as_json is None:
+        return main()
+    from sono.commands.list import check_config, config_files, fast
+
+    if config_files(os.environ):  # rare: only then is the TOML read (a broken file fails)
         try:
-            sys.exit(fast_list(fast))
-        except BrokenPipeError:  # `so list | head`
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            sys.exit(0)
-    sys.exit(main())
+            check_config()
+        except SoError as exc:
+            return _error(exc)
+    return fast(as_json)
+
+
+def _pipe_closed() -> int:
+    """Quiet exit 0 when stdout's reader went away: later writes (and the flush at exit)
+    go to /dev/null instead of raising again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0

@@ -8,11 +8,13 @@ a tiny built-in agent through the ``custom`` harness. Nothing leaves the machine
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import cast
 
 from sono import agents, proc
 from sono.app.agent import resolve_agent
@@ -21,7 +23,9 @@ from sono.app.runs import network
 from sono.backends.base import Mount
 from sono.commands import _common as c
 from sono.errors import SoError
+from sono.events import Event, Usage
 from sono.harnesses import get_harness
+from sono.harnesses.base import EventParser, Harness
 from sono.loop import Loop, LoopOptions, LoopResult
 from sono.review import diff_text, merge
 from sono.sandbox import Sandbox, create_sandbox
@@ -30,6 +34,8 @@ from sono.testing.model_server import ModelServer
 from sono.ui.reporter import PlainReporter
 from sono.workspace import inspect_host
 
+# The name the scripted model goes by: no price table (the agent's, so's gateway's) knows it.
+OFFLINE_MODEL = "so-scripted"
 TESTING_DIR = Path(__file__).resolve().parent.parent / "testing"
 MINI_AGENT_DEST = "/run/so/testing"
 
@@ -49,6 +55,8 @@ PLAN = """# Implementation plan
 - [ ] Add a test for greet()
 - [ ] Document usage in README.md
 """
+
+PLAN_ITEMS = PLAN.count("- [ ]")
 
 STEPS = r"""#!/usr/bin/env bash
 # What the scripted model asks the agent to run: one plan item per iteration.
@@ -120,9 +128,11 @@ def run(args: argparse.Namespace) -> int:
     flags = argparse.Namespace(
         **{
             **vars(args),
-            "iterations": 3,
-            "sandbox": "bwrap",
+            # -i and -s are the user's to choose; the plan has three items.
+            "iterations": getattr(args, "iterations", None) or PLAN_ITEMS,
+            "sandbox": getattr(args, "sandbox", None) or "bwrap",
             "harness": "claude" if which == "claude" else "custom",
+            "model": OFFLINE_MODEL,
         }
     )
     extra: tuple[Mount, ...] = ()
@@ -134,6 +144,11 @@ def run(args: argparse.Namespace) -> int:
     cfg = ctx.config(repo)
     agent = resolve_agent(ctx, cfg, extra_mounts=extra)
     backend = backend_for(ctx, cfg).backend
+    if which == "builtin" and backend.name != "bwrap":
+        raise SoError(
+            f"the built-in demo agent runs on this host's Python, which a {backend.name} "
+            "sandbox cannot run; use -s bwrap, or --agent claude for this backend"
+        )
     host = inspect_host(repo)
     sandbox = create_sandbox(
         store=ctx.store,
@@ -152,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     with ModelServer() as server:
         print(
             f"so demo: repo {repo}\nso demo: agent = {label} ({agent.description})\n"
-            f"so demo: model = scripted server at {server.url} (offline)\n"
+            f"so demo: model = scripted server at {server.url} (offline: costs nothing)\n"
             f"so demo: sandbox {sandbox.record.id} ({backend.name})",
             file=sys.stderr,
         )
@@ -161,13 +176,16 @@ def run(args: argparse.Namespace) -> int:
             env = {
                 **net_env,
                 **{k: v for k, v in host_env.items() if k.startswith("ANTHROPIC_")},
+                # claude's background requests by this name too, never a priced one
+                "ANTHROPIC_SMALL_FAST_MODEL": OFFLINE_MODEL,
+                "ANTHROPIC_DEFAULT_HAIKU_MODEL": OFFLINE_MODEL,
                 "DISABLE_AUTOUPDATER": "1",
                 "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             }
-            opts = LoopOptions(iterations=3, timeout_s=300, no_progress_limit=2)
+            opts = LoopOptions(iterations=cfg.iterations, timeout_s=300, no_progress_limit=2)
             loop = Loop(
                 sandbox,
-                harness=netted.harness,
+                harness=unpriced(netted.harness),
                 agent=netted.options,
                 opts=opts,
                 reporter=PlainReporter(),
@@ -177,6 +195,38 @@ def run(args: argparse.Namespace) -> int:
             )
             result = loop.run()
     return report(sandbox, result, repo, label)
+
+
+def unpriced(harness: Harness) -> Harness:
+    # A stand-in with every attribute of the harness's (its ClassVars read through
+    # __getattr__, which a Protocol check does not follow).
+    return cast("Harness", Unpriced(harness))
+
+
+class Unpriced:
+    """A harness whose usage reports carry no dollar figure: an agent prices tokens by the
+    model's list price (claude does, whatever the endpoint), but the demo's model is a
+    local scripted server that costs nothing. Everything else is the harness's own."""
+
+    def __init__(self, harness: Harness) -> None:
+        self._harness = harness
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._harness, name)
+
+    def parser(self) -> EventParser:
+        return UnpricedParser(self._harness.parser())
+
+
+class UnpricedParser:
+    def __init__(self, parser: EventParser) -> None:
+        self._parser = parser
+
+    def feed(self, line: str) -> list[Event]:
+        return [
+            dataclasses.replace(e, cost_usd=None) if isinstance(e, Usage) else e
+            for e in self._parser.feed(line)
+        ]
 
 
 def report(sandbox: Sandbox, result: LoopResult, repo: Path, label: str) -> int:
@@ -192,7 +242,12 @@ def report(sandbox: Sandbox, result: LoopResult, repo: Path, label: str) -> int:
             )
         )
     if result.outcome != "done":
-        print(f"so demo: the loop did not finish; inspect with `so diff {sandbox.record.id}`")
+        sid = sandbox.record.id
+        print(
+            f"so demo: the loop ended before the plan was done ({len(result.iterations)} of "
+            f"{PLAN_ITEMS} items; {result.outcome}); its work stays in sandbox {sid}: "
+            f"so diff {sid}, so rm {sid}"
+        )
         return result.exit_code
     merged = merge(sandbox, commit=False, keep=False)
     status = proc.run(["git", "-C", str(repo), "status", "--short"]).stdout

@@ -17,7 +17,7 @@ from sono.config import Config, ProjectFile
 from sono.errors import SoError
 from sono.harnesses import HARNESSES, available, harness_class
 from sono.harnesses.base import AgentOptions
-from sono.limits import Limits
+from sono.limits import MECHANISM_LABELS, Limits, format_size
 from sono.state import agents_dir, so_home
 
 CREDENTIAL_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
@@ -30,7 +30,7 @@ def line(ok: bool | None, what: str, detail: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     cfg = c.config(args, _project())
-    out = [line(True, "so home", str(so_home(c.environ())))]
+    out = [line(True, "so home", str(so_home(c.environ()))), _limits_set(cfg)]
     settings = backend_settings(c.context(args), cfg)
     selected, why = cfg.sandbox, "set by -s/SANDBOX/config"
     if selected == "auto":
@@ -108,19 +108,55 @@ def _network(cfg: Config) -> str:
     )
 
 
-def _limits(name: str, backend: Backend, cfg: Config) -> list[str]:
-    """What each resource limit maps to on this backend here (a sample when none set)."""
+LIMITS = ("memory", "cpus", "pids", "disk")
+# Only to ask a backend which limits it can enforce; never shown as a value.
+PROBE = Limits(memory=1 << 30, cpus=1, pids=64, disk=1 << 30)
+
+
+def _limits_set(cfg: Config) -> str:
+    """The limits this config sets (and where from), or that it sets none."""
     limits = limits_of(cfg)
-    sample = limits is None
     if limits is None:
-        limits = Limits(memory=4 << 30, cpus=2, pids=512, disk=10 << 30)
+        return line(
+            None,
+            "limits set",
+            "none (a sandbox may use what the host has; set --memory/--cpus/--pids or "
+            "limits.memory/cpus/pids/disk in config)",
+        )
+    shown = ", ".join(
+        f"{key} {_shown(key, value)} ({cfg.sources[f'limits.{key}'].source})"
+        for key in LIMITS
+        if (value := getattr(limits, key)) is not None
+    )
+    return line(True, "limits set", shown)
+
+
+def _shown(key: str, value: float) -> str:
+    return format_size(int(value)) if key in ("memory", "disk") else f"{value:g}"
+
+
+def _limits(name: str, backend: Backend, cfg: Config) -> list[str]:
+    """Per limit: the value set and how this backend enforces it, or "none set" and
+    whether this backend could enforce it."""
+    limits = limits_of(cfg)
+    planned = backend.plan_limits(limits) if limits is not None else {}
+    able = backend.plan_limits(PROBE)
     out = []
-    for e in backend.plan_limits(limits).values():
-        ok = None if e.mechanism == "none" and sample else e.mechanism != "none"
-        what = f"limit {e.limit} on {name}"
-        via = "not enforceable here" if e.mechanism == "none" else e.mechanism
-        value = "" if sample else f"{e.value} "
-        out.append(line(ok, what, f"{value}{via} ({e.detail})"))
+    for key in LIMITS:
+        what = f"limit {key} on {name}"
+        if key in planned:
+            e = planned[key]
+            if e.mechanism == "none":
+                out.append(line(False, what, f"{e.value} set, but not enforceable ({e.detail})"))
+            else:
+                label = MECHANISM_LABELS[e.mechanism]
+                out.append(line(True, what, f"{e.value} set, enforced by {label} ({e.detail})"))
+        elif key in able and able[key].mechanism != "none":
+            label = MECHANISM_LABELS[able[key].mechanism]
+            out.append(line(True, what, f"none set; {name} can enforce one ({label})"))
+        else:
+            why = f" ({able[key].detail})" if key in able else ""
+            out.append(line(None, what, f"none set; {name} cannot enforce one here{why}"))
     return out
 
 

@@ -11,7 +11,7 @@ from sono.app.context import Context
 from sono.app.runs import continue_run
 from sono.app.sandboxes import open_sandbox, remove, shell
 from sono.commands import _common as c
-from sono.commands.list import table
+from sono.commands.list import check_config, table
 from sono.errors import SoError
 from sono.review import merge, reset, show_diff
 from sono.state import SandboxRecord
@@ -21,6 +21,7 @@ ACTIONS = "[d]iff  [s]hell  [r]eset  [c]ontinue  [m]erge  [x] delete  [q]uit"
 
 
 def run(args: argparse.Namespace) -> int:
+    check_config()  # a broken config file is an error here too, not passed over
     store = c.store()
     records = store.all()
     if not c.interactive_tty():

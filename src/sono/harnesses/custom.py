@@ -32,6 +32,33 @@ class CustomParser:
         return [Text(text=line)] if stripped else []
 
 
+# What a shell would treat as syntax outside quotes; no shell runs the command, so each
+# would silently become an argument. Longest first: "&&" is reported as itself.
+OPERATORS = ("&&", "||", "$(", "|", ";", ">", "<", "&", "`")
+
+
+def shell_operator(command: str) -> str | None:
+    """The first shell operator in ``command`` outside quotes, or None. Backticks and
+    ``$(`` count inside double quotes too (a shell expands them there)."""
+    quote = ""
+    i = 0
+    while i < len(command):
+        ch = command[i]
+        if ch == "\\" and quote != "'":
+            i += 2
+            continue
+        if quote and ch == quote:
+            quote = ""
+        elif not quote and ch in "'\"":
+            quote = ch
+        elif quote != "'":
+            found = next((op for op in OPERATORS if command.startswith(op, i)), None)
+            if found is not None and (not quote or found in ("$(", "`")):
+                return found
+        i += 1
+    return None
+
+
 class CustomHarness:
     name: ClassVar[str] = "custom"
     efforts: ClassVar[tuple[str, ...]] = ("*",)  # anything: passed on as $SO_EFFORT
@@ -52,6 +79,13 @@ class CustomHarness:
             raise SoError(f"--agent-cmd: cannot parse {opts.agent_cmd!r}: {exc}") from exc
         if not argv:
             raise SoError("--agent-cmd is empty; give the agent's command line")
+        operator = shell_operator(opts.agent_cmd)
+        if operator is not None:
+            raise SoError(
+                f"--agent-cmd is not run by a shell, so its {operator!r} would reach the "
+                "program as a plain argument; for shell syntax wrap it as "
+                "--agent-cmd \"sh -c '…'\""
+            )
         return argv
 
     def unattended_argv(self, opts: AgentOptions) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sono.limits.model import (
     ENTRY_MIN_BYTES,
+    MECHANISM_LABELS,
     Enforcement,
     Limits,
     Mechanism,
@@ -16,6 +17,7 @@ from sono.limits.model import (
 
 __all__ = [
     "ENTRY_MIN_BYTES",
+    "MECHANISM_LABELS",
     "Enforcement",
     "Limits",
     "Mechanism",

@@ -9,10 +9,21 @@ Each backend's plan of which one enforces what is in ``sono/backends/<name>_limi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Literal
 
 Mechanism = Literal["cgroup-v2", "cgroup-v1", "docker", "microvm", "rlimit", "watchdog", "none"]
+# How each mechanism is named to a person (so doctor).
+MECHANISM_LABELS: Mapping[Mechanism, str] = {
+    "cgroup-v2": "cgroup v2",
+    "cgroup-v1": "cgroup v1",
+    "docker": "Docker (engine cgroup)",
+    "microvm": "microVM (the guest's own RAM/vCPUs)",
+    "rlimit": "rlimit",
+    "watchdog": "watchdog",
+    "none": "not enforced",
+}
 
 # What DiskWatch charges at least for every entry (file, directory, link, whiteout): an
 # empty file allocates no block but takes an inode, and a flood of them would exhaust the

@@ -75,12 +75,19 @@ def decide(prompt: str, tool: str, done: int) -> Reply:
     if done >= len(scripts):
         return Reply(DONE_TEXT, sleep_s=sleep_s)
     return Reply(
-        STEP_TEXT.format(step=done + 1),
+        STEP_TEXT.format(step=steps_before(prompt, len(scripts)) + done + 1),
         stop_reason="tool_use",
         tool_name=tool,
         tool_input={"command": scripts[done], "description": "scripted step"},
         sleep_s=sleep_s,
     )
+
+
+def steps_before(prompt: str, per_iteration: int) -> int:
+    """Steps that earlier iterations ran (from ``Iteration i/N.``), so a loop's steps count
+    on (1, 2, 3, ... across iterations) instead of each fresh conversation's starting at 1."""
+    match = _ITERATION_RE.search(prompt)
+    return 0 if match is None else max(int(match.group(1)) - 1, 0) * per_iteration
 
 
 def side_reply_text(body: dict[str, Any]) -> str:

@@ -17,7 +17,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, TextIO
 
 from sono.events import Error, Event, Result, Text, ToolCall, ToolResult, Usage
-from sono.state import IterationRecord
+from sono.state import IterationRecord, Store, so_home
 from sono.textsafe import for_terminal, one_line
 
 if TYPE_CHECKING:
@@ -44,6 +44,14 @@ def summary_line(record: IterationRecord) -> str:
         f"{tokens(record.tokens_out)} out, {cost(record.cost_usd)}, "
         f"exit {record.exit_code}{extra}, status {record.status_after}"
     )
+
+
+def no_commit_line(record: IterationRecord, sandbox_id: str) -> str | None:
+    """For an iteration without a commit: say so, and where the agent's output is."""
+    if record.commits:
+        return None
+    log = Store(so_home()).iteration_dir(sandbox_id, record.n) / "output.log"
+    return f"iteration {record.n} made no commit; the agent's output is in {log}"
 
 
 TABLE_HEADER = ("iter", "duration", "commits", "files", "tokens in", "tokens out", "cost", "exit")
@@ -114,30 +122,38 @@ def first_line(text: str) -> str:
 
 
 class PlainReporter:
-    """One line per notable event on stderr; a summary line per iteration; a table at the end."""
+    """One line per notable event on stderr; a summary line per iteration; a table at the
+    end. ``quiet``: the per-iteration summaries, so's notes and the agent's errors only."""
 
     def __init__(self, stream: TextIO | None = None, *, quiet: bool = False) -> None:
         self.out = stream or sys.stderr
         self.quiet = quiet
+        self.sandbox_id = ""
 
     def iteration_started(self, i: int, n: int, sandbox_id: str) -> None:
+        self.sandbox_id = sandbox_id
         if not self.quiet:
             self._say(f"── iteration {i}/{n} · sandbox {sandbox_id}")
 
     def event(self, event: Event) -> None:
-        line = None if self.quiet else render_event(event)
+        if self.quiet and not is_error(event):
+            return
+        line = render_event(event)
         if line:
             self._say(line)
 
     def iteration_ended(self, record: IterationRecord, n: int) -> None:
         self._say(f"   {summary_line(record)}")
+        missing = no_commit_line(record, self.sandbox_id)
+        if missing:
+            self._say(f"   {missing}")
 
     def note(self, message: str) -> None:
         self._say(f"   so: {message}")
 
     def run_ended(self, result: LoopResult) -> None:
         rows = [TABLE_HEADER, *table_rows(result.iterations)]
-        if len(rows) == 1:
+        if len(rows) == 1 or self.quiet:
             return
         widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_HEADER))]
         for row in rows:
@@ -145,6 +161,11 @@ class PlainReporter:
 
     def _say(self, line: str) -> None:
         print(for_terminal(line), file=self.out, flush=True)  # the one way out
+
+
+def is_error(event: Event) -> bool:
+    """An event that reports a failure (shown even with ``-q``)."""
+    return isinstance(event, Error) or (isinstance(event, Result) and not event.ok)
 
 
 class JsonReporter:
@@ -243,6 +264,9 @@ class LiveReporter:
     def iteration_ended(self, record: IterationRecord, n: int) -> None:
         self._stop()
         self._print(summary_line(record))
+        missing = no_commit_line(record, self.sandbox_id)
+        if missing:
+            self._print(missing)
 
     def note(self, message: str) -> None:
         if message.startswith("interrupted"):

@@ -1,0 +1,40 @@
+"""so doctor shows the limits the config sets, never sample values, and per backend what
+it can enforce."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from helpers import so
+
+
+def limit_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "limit" in line]
+
+
+def test_no_limits_set_says_so_without_sample_values(repo: Path) -> None:
+    out = so("doctor", cwd=repo)
+    lines = limit_lines(out.stdout)
+    assert any(line.startswith("[--  ] limits set: none") for line in lines), lines
+    for line in lines:
+        assert not re.search(r"GiB|4294967296|\b512\b|nano_cpus|pids.max", line), line
+    assert "[ok  ] limit pids on bwrap: none set; bwrap can enforce one (cgroup" in out.stdout
+    assert "limit disk on bwrap: none set; bwrap can enforce one (watchdog)" in out.stdout
+
+
+def test_set_limits_show_their_value_source_and_enforcement(repo: Path) -> None:
+    out = so("doctor", "--memory", "3g", "--pids", "77", cwd=repo)
+    text = out.stdout
+    assert "[ok  ] limits set: memory 3.0 GiB (flag --memory), pids 77 (flag --pids)" in text
+    assert "limit memory on bwrap: 3.0 GiB set, enforced by cgroup" in text
+    assert "limit pids on bwrap: 77 set, enforced by cgroup" in text and "pids.max=77" in text
+    assert "limit cpus on bwrap: none set" in text and "limit disk on bwrap: none set" in text
+
+
+def test_limits_from_the_user_file_name_it(repo: Path, isolated_home: Path) -> None:
+    path = isolated_home / ".config" / "so" / "config.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text("[limits]\ncpus = 1.5\n")
+    out = so("doctor", cwd=repo)
+    assert f"[ok  ] limits set: cpus 1.5 (user file ({path}))" in out.stdout
