@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from helpers import SO, so
-from sono.commands.list import age, config_files, epoch_seconds, fast, project_dir, run, table
+from sono.commands.list import config_files, fast, project_dir, run, table
 from sono.state import SandboxRecord, Store
+from sono.ui.age import age, epoch_seconds
 
 
 def record(**kw: object) -> SandboxRecord:

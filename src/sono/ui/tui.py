@@ -31,6 +31,7 @@ from sono.sandbox import Sandbox
 from sono.state import SandboxRecord, Store
 from sono.textsafe import file_name, one_line
 from sono.ui import tui_data as data
+from sono.ui.age import age
 from sono.ui.tui_screens import (
     AskNumberScreen,
     ConfirmScreen,
@@ -137,8 +138,6 @@ class MainScreen(Screen[None]):
 
     def cells(self, rec: SandboxRecord) -> tuple[Text, ...]:
         """Every cell a ``Text`` (a plain string in a DataTable would be read as markup)."""
-        from sono.commands.list import age
-
         label, style = data.status_label(rec.live_status())
         return (
             cell(rec.id),
