@@ -41,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
 import ssl
 import time
@@ -66,6 +65,7 @@ from sono.net.http1 import (
     read_head,
     render_head,
     simple_response,
+    upstream_ssl_context,
 )
 from sono.net.server import ServerThread, UnixServer, append_json_line, close_writer, now_iso
 from sono.net.usage import UsageParser
@@ -179,15 +179,6 @@ class Route:
         return [("x-api-key", self.key)]
 
 
-def default_ssl_context() -> ssl.SSLContext:
-    """System trust store, plus ``SSL_CERT_FILE`` when set."""
-    context = ssl.create_default_context()
-    cafile = os.environ.get("SSL_CERT_FILE")
-    if cafile:
-        context.load_verify_locations(cafile=cafile)
-    return context
-
-
 @dataclass
 class _Exchange:
     """What the usage line records about one request."""
@@ -252,7 +243,7 @@ class Gateway(UnixServer):
 
     async def start(self) -> None:
         if self._ssl is None and any(r.upstream.startswith("https:") for r in self.routes):
-            self._ssl = default_ssl_context()
+            self._ssl = upstream_ssl_context()
         self.usage_log.parent.mkdir(parents=True, exist_ok=True)
         await self._listen(self._handle)
 

@@ -15,7 +15,9 @@ trailer section, whatever the sender wrote.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -344,3 +346,15 @@ async def copy_to_eof(
     if through:
         writer.write(through.flush())
         await writer.drain()
+
+
+def upstream_ssl_context() -> ssl.SSLContext:
+    """TLS toward an upstream (the proxy's, the gateway's): the system's trust store plus
+    ``SSL_CERT_FILE`` when set, loaded here and now — not left to OpenSSL's own reading
+    of the variable — speaking HTTP/1.1."""
+    context = ssl.create_default_context()
+    cafile = os.environ.get("SSL_CERT_FILE")
+    if cafile:
+        context.load_verify_locations(cafile=cafile)
+    context.set_alpn_protocols(["http/1.1"])
+    return context

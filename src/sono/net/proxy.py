@@ -73,6 +73,7 @@ from sono.net.http1 import (
     render_head,
     simple_response,
     split_authority,
+    upstream_ssl_context,
 )
 from sono.net.policy import IPAddress, NetworkPolicy, decide, normalize_host, precheck
 from sono.net.secrets import (
@@ -644,9 +645,7 @@ class Proxy(UnixServer):
 
     def _upstream_context(self) -> ssl.SSLContext:
         if self._upstream_ssl is None:
-            context = ssl.create_default_context()  # system roots; honours SSL_CERT_FILE
-            context.set_alpn_protocols(["http/1.1"])
-            self._upstream_ssl = context
+            self._upstream_ssl = upstream_ssl_context()
         return self._upstream_ssl
 
     def _deny(self, host: str, port: int, reason: str) -> NoReturn:
