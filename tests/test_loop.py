@@ -358,3 +358,23 @@ def test_capped_log_stops_at_its_budget_with_one_marker_and_counts_the_rest() ->
         log.write(line)
     assert buf.getvalue() == "abcd\nefgh\n[so: log budget of 10 bytes reached; the rest dropped]\n"
     assert (log.written, log.dropped) == (10, 8)
+
+
+def test_a_usage_log_too_long_to_read_stops_a_budgeted_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the gateway's log of an iteration is longer than so reads, the budget cannot
+    be held: with --max-tokens the loop stops instead of counting less."""
+    from sono.net import session as net_session
+
+    monkeypatch.setattr(net_session, "MAX_LOG_READ", 4096)
+    net, _ = metered(tmp_path)
+    flood = f"for i in $(seq 600); do echo '{{\"status\": 404}}' >> {net.usage_log}; done\n"
+    sb, result = run_loop(
+        tmp_path / "a", flood + COMMIT_ONE, iterations=3, net=net, max_tokens=10**9
+    )
+    assert result.outcome == "budget" and len(result.iterations) == 1
+    assert "cannot be held" in (sb.record.stop_reason or "")
+    # Without a budget the run goes on (the note says the usage is counted in part).
+    _, free = run_loop(tmp_path / "b", flood + COMMIT_ONE, iterations=2, net=net)
+    assert free.outcome == "exhausted" and len(free.iterations) == 2

@@ -218,6 +218,7 @@ class Loop:
         self._log_dropped = 0  # bytes of agent output not logged (the logs' budget)
         self._started = time.monotonic()
         self._ended: tuple[str, list[str], list[str], int] | None = None  # after_if_clean
+        self._unmeasured: str | None = None  # a budget cannot be held: why
         self.net = net
 
     def planned_iterations(self) -> int:
@@ -250,7 +251,9 @@ class Loop:
                     outcome = "done" if rec.status_after == specs.DONE else "blocked"
                     message = f"{specs.STATUS} says {rec.status_after}"
                     break
-                budget = over_budget(records, self.opts) or self._over_time(started)
+                budget = (
+                    over_budget(records, self.opts) or self._over_time(started) or self._unmeasured
+                )
                 if budget:
                     outcome, message = "budget", budget
                     break
@@ -388,6 +391,14 @@ class Loop:
                 f"iteration {n}: the model gateway refused {log.refused} request(s): "
                 f"{one_line(log.refused_reasons[0] if log.refused_reasons else '')}"
             )
+        if log.incomplete:
+            what = (
+                f"iteration {n}: the model gateway's usage log grew past what so reads; "
+                "its usage is counted only in part"
+            )
+            self.reporter.note(what)
+            if self.opts.max_tokens is not None or self.opts.max_cost is not None:
+                self._unmeasured = f"{what}: --max-tokens/--max-cost cannot be held, stopping"
         self._settle(n, log.measured)
         return {
             "net_denied": tuple(log.denied),

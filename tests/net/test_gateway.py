@@ -29,6 +29,7 @@ from net_helpers import (
 
 from sono.net import gateway as gateway_module
 from sono.net.gateway import GatewayThread, Route
+from sono.net.policy import NetworkPolicy
 from sono.testing.model_server import ModelServer
 
 SECRET = "sk-real-SECRET-0123456789"
@@ -359,6 +360,9 @@ def test_large_content_length_body_streams_through(setup: Setup) -> None:
         ("POST /a/responses HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
         ("POST /a/responses HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", 400),
         ("POST /a/responses HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400),
+        # Not ASCII digits: ² (int() fails) and ٣ (int() reads 3, a peer may not).
+        ("POST /a/responses HTTP/1.1\r\nContent-Length: \u00b2\r\n\r\nab", 400),
+        ("POST /a/responses HTTP/1.1\r\nContent-Length: \u0663\r\n\r\nabc", 400),
         ("GET http://example.com/a/responses HTTP/1.1\r\n\r\n", 400),
         ("POST /a/responses HTTP/1.1\r\nContent-Length: 10\r\n\r\nshort", 400),
         # The body streams: garbage in it shows only after the upstream got the head.
@@ -370,7 +374,7 @@ def test_bad_requests(setup: Setup, head: str, status: int) -> None:
     with OriginServer() as origin:
         route = Route("/a", f"http://127.0.0.1:{origin.port}", "bearer", SECRET, "openai")
         with setup.gateway(route), unix_connect(setup.sock) as sock:
-            sock.sendall(head.encode())
+            sock.sendall(head.encode("utf-8"))
             sock.shutdown(socket.SHUT_WR)
             response = parse_response(read_all(sock))
         if not streamed:
@@ -597,3 +601,28 @@ def test_oversized_bodies_are_refused(setup: Setup, monkeypatch: pytest.MonkeyPa
         assert [s.body for s in origin.seen if s.body] == [piece * 4 + b"x" * 96]
     assert (declared.status, streamed.status, small.status) == (413, 413, 200)
     assert [line["status"] for line in json_lines(setup.usage)] == [413, 413, 200]
+
+
+def test_a_flood_of_refused_requests_is_counted_not_logged_line_by_line(setup: Setup) -> None:
+    """The agent decides how many requests it sends: past MAX_QUIET_LINES the lines that
+    carry no tokens are only counted (one line per read), so a flood cannot push the
+    lines the budget needs past what so reads — nor grow the host's log without bound."""
+    from sono.net import gateway as gw
+    from sono.net.session import NetSession, Offsets
+
+    sent = gw.MAX_QUIET_LINES + 200
+    route = Route("/anthropic", "http://127.0.0.1:9", "x-api-key", SECRET, "anthropic")
+    with setup.gateway(route) as thread:
+        for _ in range(sent):
+            with unix_connect(setup.sock) as sock:
+                sock.sendall(b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n")
+                sock.shutdown(socket.SHUT_WR)
+                assert parse_response(read_all(sock)).status == 404
+        thread.gateway.flush()
+    lines = json_lines(setup.usage)
+    assert len(lines) == gw.MAX_QUIET_LINES + 1
+    assert lines[-1]["suppressed"] == 200 and lines[-1]["refused_count"] == 200
+    session = NetSession(setup.dir, NetworkPolicy(mode="none"), ())
+    session.usage_log = setup.usage
+    log = session.since(Offsets(0, 0))
+    assert (log.requests, log.refused, log.incomplete) == (sent, sent, False)

@@ -17,6 +17,7 @@ from sono.net.http1 import (
     HttpError,
     body_framing,
     copy_chunked,
+    decimal,
     keeps_alive,
     parse_head,
     split_authority,
@@ -194,3 +195,17 @@ def test_copy_chunked_frames_anew_through_a_filter() -> None:
         return sink.data
 
     assert asyncio.run(run()) == b"2\r\nAB\r\n2\r\nCD\r\n1\r\n!\r\n0\r\n\r\n"
+
+
+@pytest.mark.parametrize("text", ["\u00b2", "\u0663", "+1", "1_0", "1 1", "1" * 19, ""])
+def test_framing_numbers_are_ascii_digits_only(text: str) -> None:
+    assert decimal(text) is None
+    head = parse_head(b"POST / HTTP/1.1\r\nContent-Length: " + text.encode() + b"\r\n\r\n")
+    with pytest.raises(HttpError) as refused:
+        body_framing(head)
+    assert refused.value.status == 400
+
+
+def test_decimal_reads_ascii_digits() -> None:
+    assert decimal(" 1") is None  # the caller strips a header value's whitespace
+    assert decimal("0") == 0 and decimal("0042") == 42 and decimal("9" * 18) == 10**18 - 1

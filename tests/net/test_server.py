@@ -165,3 +165,31 @@ def test_accept_survives_running_out_of_descriptors(sock_dir: Path) -> None:
     finally:
         child.kill()
         child.wait()
+
+
+class Raising(LineEcho):
+    """A handler with a bug that input can reach: the first line ``boom`` raises."""
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        line = await reader.readline()
+        if line.strip() == b"boom":
+            int("\u00b2")  # ValueError, as a malformed number would
+        writer.write(b"echo " + line)
+        await writer.drain()
+        writer.close()
+
+
+def test_a_handler_error_ends_only_its_connection_and_prints_nothing(
+    sock_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    path = sock_dir / "raise.sock"
+    with ServerThread(Raising(path), "raise"):
+        for _ in range(3):
+            with unix_connect(path) as sock:
+                sock.sendall(b"boom\n")
+                assert read_all(sock) == b""  # closed, no answer
+        with unix_connect(path) as sock:  # control: the server still serves
+            sock.sendall(b"hello\n")
+            assert read_all(sock) == b"echo hello\n"
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "exception was never retrieved" not in err

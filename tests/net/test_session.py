@@ -161,3 +161,21 @@ def test_forwarder_argv_connects_through_the_private_dir() -> None:
     assert argv[argv.index("--euid") + 1] == "1234"
     assert f"{INSIDE_DIR}/{SOCKETS}/{PROXY_SOCK}" in argv[-2]
     assert "--euid" not in forwarder_argv()
+
+
+def test_a_usage_log_longer_than_so_reads_is_marked_incomplete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading stops at MAX_LOG_READ bytes; what was left unread makes the measurement a
+    floor, and the log says so (the loop then cannot hold a budget)."""
+    from sono.net import session as s
+
+    net = NetSession(tmp_path / "net", NetworkPolicy(mode="none"), ())
+    net.dir.mkdir()
+    line = '{"route": "/anthropic", "status": 404, "refused": "no route"}\n'
+    net.usage_log.write_text(line * 10)
+    monkeypatch.setattr(s, "MAX_LOG_READ", len(line) * 10)
+    assert not net.since(s.Offsets(0, 0)).incomplete  # all of it read
+    net.usage_log.write_text(line * 11)
+    log = net.since(s.Offsets(0, 0))
+    assert log.incomplete and log.requests == 10

@@ -43,6 +43,7 @@ import contextlib
 import json
 import re
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ from sono.net.http1 import (
     copy_chunked,
     copy_exact,
     copy_to_eof,
+    decimal,
     parse_head,
     read_head,
     render_head,
@@ -220,6 +222,14 @@ def _json_error(status: int, message: str) -> bytes:
     return simple_response(status, body, "application/json")
 
 
+# Usage-log lines that count nothing (refused requests, answers without usage) written
+# between two reads of the log; past it they are only counted, in one line per read
+# (:meth:`Gateway.flush`): the agent decides how many it sends, and the log is read
+# within a bound (so's budget must see every line that carries tokens).
+MAX_QUIET_LINES = 1000
+TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+
+
 class Gateway(UnixServer):
     """The gateway server; ``await start()`` binds ``socket_path``, ``await close()``
     stops it, ends open requests and removes the socket."""
@@ -237,6 +247,11 @@ class Gateway(UnixServer):
         self.routes = sorted(routes, key=lambda r: len(r.prefix), reverse=True)
         self.usage_log = Path(usage_log)
         self._ssl: ssl.SSLContext | None = None
+        self._lock = threading.Lock()
+        self._quiet = 0  # lines without tokens since the last flush
+        self._held = 0  # of those, not written (past MAX_QUIET_LINES)
+        self._held_refused = 0
+        self._held_reason: str | None = None
 
     def route_for(self, path: str) -> Route | None:
         return next((r for r in self.routes if r.matches(path)), None)
@@ -268,8 +283,39 @@ class Gateway(UnixServer):
             pass  # the client went away: the usage line still records what was seen
         finally:
             if exchange is not None:
-                append_json_line(self.usage_log, exchange.record())
+                self._log(exchange.record())
             await close_writer(writer)
+
+    def _log(self, record: dict[str, object]) -> None:
+        """Every line that carries tokens; the first :data:`MAX_QUIET_LINES` that do not
+        since the last flush, the rest counted."""
+        with self._lock:
+            if not any(record.get(k) for k in TOKEN_FIELDS):
+                self._quiet += 1
+                if self._quiet > MAX_QUIET_LINES:
+                    self._held += 1
+                    if record.get("refused"):
+                        self._held_refused += 1
+                        self._held_reason = self._held_reason or str(record["refused"])
+                    return
+            append_json_line(self.usage_log, record)
+
+    def flush(self) -> None:
+        """The requests held back since the last flush, as one line (``suppressed``
+        requests, ``refused_count`` of them refused); called before each read."""
+        with self._lock:
+            if self._held:
+                append_json_line(
+                    self.usage_log,
+                    {
+                        "time": now_iso(),
+                        "suppressed": self._held,
+                        "refused_count": self._held_refused,
+                        "refused": self._held_reason,
+                    },
+                )
+            self._quiet = self._held = self._held_refused = 0
+            self._held_reason = None
 
     async def _serve(
         self,
@@ -386,8 +432,8 @@ class Gateway(UnixServer):
         length = head.get("content-length")
         if "chunked" in head.tokens("transfer-encoding"):
             await copy_chunked(up_reader, writer, UPSTREAM_IDLE_S, tap)
-        elif length is not None and length.isdigit():
-            await copy_exact(up_reader, writer, int(length), UPSTREAM_IDLE_S, tap)
+        elif length is not None and (size := decimal(length.strip())) is not None:
+            await copy_exact(up_reader, writer, size, UPSTREAM_IDLE_S, tap)
         else:
             await copy_to_eof(up_reader, writer, UPSTREAM_IDLE_S, tap)
 

@@ -110,6 +110,16 @@ async def read_head(reader: asyncio.StreamReader, timeout: float, what: str = "r
         raise HttpError(408, f"no complete {what} head within {timeout:g}s") from None
 
 
+_DECIMAL_RE = re.compile(r"[0-9]{1,18}")
+
+
+def decimal(text: str) -> int | None:
+    """``text`` as a number if it is ASCII digits only (at most 18), else None.
+    ``str.isdigit`` would take ``²`` (``int`` then fails) or ``٣`` (``int`` reads 3),
+    where a peer reads something else: a framing number is ASCII or it is refused."""
+    return int(text) if _DECIMAL_RE.fullmatch(text) else None
+
+
 def parse_head(data: bytes, *, response: bool = False) -> Head:
     """Strict parse: CRLF line ends, token header names, no folding, no control bytes."""
     lines = data.decode("latin-1").removesuffix("\r\n\r\n").split("\r\n")
@@ -117,7 +127,7 @@ def parse_head(data: bytes, *, response: bool = False) -> Head:
         raise HttpError(400, "bare CR or LF in head")
     parts = lines[0].split(" ", 2)
     if response:
-        if len(parts) < 2 or not _VERSION_RE.fullmatch(parts[0]) or not parts[1].isdigit():
+        if len(parts) < 2 or not _VERSION_RE.fullmatch(parts[0]) or decimal(parts[1]) is None:
             raise HttpError(502, "malformed response status line")
         start = (parts[0], parts[1], parts[2] if len(parts) > 2 else "")
     else:
@@ -181,9 +191,10 @@ def body_framing(head: Head) -> tuple[bool, int | None]:
         return True, None
     if not lengths:
         return False, None
-    if len(lengths) > 1 or not all(v.isdigit() for v in lengths):
+    length = decimal(lengths.pop()) if len(lengths) == 1 else None
+    if length is None:
         raise HttpError(400, "malformed Content-Length")
-    return False, int(lengths.pop())
+    return False, length
 
 
 def keeps_alive(head: Head) -> bool:

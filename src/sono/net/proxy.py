@@ -67,6 +67,7 @@ from sono.net.http1 import (
     copy_chunked,
     copy_exact,
     copy_to_eof,
+    decimal,
     keeps_alive,
     parse_head,
     read_head,
@@ -579,11 +580,12 @@ class Proxy(UnixServer):
         elif "chunked" in head.tokens("transfer-encoding"):
             await copy_chunked(up_reader, writer, IDLE_TIMEOUT_S, scrubber)
         elif (lengths := {v.strip() for v in head.values("content-length")}) and all(
-            v.isdigit() for v in lengths
+            decimal(v) is not None for v in lengths
         ):
             if len(lengths) > 1:
                 raise ConnectionError("upstream sent conflicting Content-Length headers")
-            await copy_exact(up_reader, writer, int(lengths.pop()), IDLE_TIMEOUT_S, scrubber)
+            size = decimal(lengths.pop()) or 0
+            await copy_exact(up_reader, writer, size, IDLE_TIMEOUT_S, scrubber)
         else:  # ends with the connection
             await copy_to_eof(up_reader, writer, IDLE_TIMEOUT_S, scrubber)
             return False

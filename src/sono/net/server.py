@@ -102,7 +102,14 @@ class UnixServer:
         except OSError:
             conn.close()
             return
-        await handle(*await connected)
+        reader, writer = await connected
+        try:
+            await handle(reader, writer)
+        except Exception as exc:
+            # What the sandbox sent must never make so print a traceback (on the live
+            # view's terminal) or keep the connection: one bounded debug line, closed.
+            log.debug("connection ended by %s: %.200s", type(exc).__name__, exc)
+            writer.transport.abort()
 
     async def close(self) -> None:
         listener, acceptor = self._listener, self._acceptor

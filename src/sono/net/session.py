@@ -34,7 +34,7 @@ import os
 import socket
 import stat
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from secrets import token_hex
@@ -122,6 +122,9 @@ class NetLog:
     refused: int = 0  # requests the gateway refused (not a model endpoint)
     refused_reasons: list[str] = field(default_factory=list)  # the first few, bounded
     measured: Measured = field(default_factory=lambda: measure(()))
+    # The gateway's log of this iteration was longer than so reads (MAX_LOG_READ): what it
+    # measured is a floor, and a budget cannot be held (the loop stops).
+    incomplete: bool = False
 
 
 class NetSession:
@@ -199,8 +202,16 @@ class NetSession:
         self._flush()
         log = NetLog(denied=_denials(_lines(self.denied_log, start.denied)))
 
+        def cut() -> None:
+            log.incomplete = True
+
         def counted() -> Iterator[dict[str, Any]]:
-            for item in _lines(self.usage_log, start.usage):
+            for item in _lines(self.usage_log, start.usage, cut):
+                held = _int(item.get("suppressed"))
+                if held:  # requests the gateway only counted (see MAX_QUIET_LINES)
+                    log.requests += held
+                    log.refused += _int(item.get("refused_count"))
+                    continue
                 log.requests += 1
                 log.tokens_in += _int(item.get("input_tokens"))
                 log.tokens_out += _int(item.get("output_tokens"))
@@ -218,6 +229,8 @@ class NetSession:
         for thread in self._threads:
             if isinstance(thread, ProxyThread):
                 thread.proxy.denials.flush()
+            elif isinstance(thread, GatewayThread):
+                thread.gateway.flush()
 
 
 def session_for(
@@ -257,9 +270,12 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _lines(path: Path, offset: int) -> Iterator[dict[str, Any]]:
+def _lines(
+    path: Path, offset: int, cut: Callable[[], None] = lambda: None
+) -> Iterator[dict[str, Any]]:
     """The JSON objects of ``path`` from ``offset`` on, read in bounded memory: at most
-    :data:`MAX_LOG_READ` bytes, lines longer than :data:`MAX_LOG_LINE` skipped."""
+    :data:`MAX_LOG_READ` bytes (``cut`` is called when more was left), lines longer
+    than :data:`MAX_LOG_LINE` skipped."""
     try:
         fh = path.open("rb")
     except FileNotFoundError:
@@ -281,6 +297,8 @@ def _lines(path: Path, offset: int) -> Iterator[dict[str, Any]]:
                 item = json.loads(line)
                 if isinstance(item, dict):
                     yield item
+        if fh.read(1):
+            cut()
 
 
 def _denials(items: Iterator[dict[str, Any]]) -> list[dict[str, Any]]:
