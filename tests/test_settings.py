@@ -38,6 +38,10 @@ def test_flag_name_is_the_table_spelling() -> None:
     assert flag_name("commit_retries") == "--commit-retries"  # no flag: named after the key
 
 
-def test_budgets_are_flags_of_the_loop_commands_only() -> None:
+def test_a_settings_flag_is_taken_where_it_changes_something_and_by_config() -> None:
     assert BY_KEY["max_cost"].takes("continue") and not BY_KEY["max_cost"].takes("list")
-    assert BY_KEY["harness"].takes("list") and not BY_KEY["pager"].takes("run")
+    assert BY_KEY["harness"].takes("plan") and not BY_KEY["harness"].takes("list")
+    assert BY_KEY["limits.memory"].takes("shell") and not BY_KEY["limits.memory"].takes("diff")
+    assert BY_KEY["iterations"].takes("demo") and not BY_KEY["iterations"].takes("merge")
+    assert all(o.takes("config") for o in OPTIONS if o.flags)
+    assert not BY_KEY["pager"].takes("run")  # no flag at all

@@ -12,8 +12,14 @@ config machinery.
 
 from __future__ import annotations
 
-# Commands that run the loop (budgets make sense only there).
+# Which commands take a setting's flag: those it changes, and `so config` / `so doctor`,
+# which show what it resolves to. Any other command refuses it (a usage error).
 LOOP_COMMANDS: tuple[str, ...] = ("run", "step", "clean", "dup", "continue")
+SHOWN = ("config", "doctor")
+BUDGET = (*LOOP_COMMANDS, "menu", *SHOWN)  # the menu continues sandboxes
+AGENT = (*BUDGET, "plan", "learn")  # what starts an agent
+BACKEND = (*LOOP_COMMANDS, "plan", "learn", "demo", *SHOWN)  # what creates a sandbox
+POLICY = (*AGENT, "shell")  # what runs processes in a sandbox
 
 
 class Option:
@@ -66,6 +72,7 @@ OPTIONS: tuple[Option, ...] = (
         flags=("-H", "--harness"),
         metavar="NAME",
         help="agent: claude, codex, opencode, pi, custom",
+        commands=AGENT,
     ),
     Option(
         "iterations",
@@ -74,6 +81,7 @@ OPTIONS: tuple[Option, ...] = (
         metavar="N",
         help="number of iterations (default 10)",
         argtype=int,
+        commands=(*BUDGET, "demo"),
     ),
     # SANDBOX is seed A's variable; SO_SANDBOX wins when both are set.
     Option(
@@ -82,10 +90,16 @@ OPTIONS: tuple[Option, ...] = (
         flags=("-s", "--sandbox"),
         metavar="NAME",
         help="sandbox: auto (default), bwrap, docker, microvm (env SANDBOX)",
+        commands=BACKEND,
     ),
     Option("workspace", env=("SO_WORKSPACE",)),
     Option(
-        "model", env=("SO_MODEL",), flags=("-m", "--model"), metavar="NAME", help="model override"
+        "model",
+        env=("SO_MODEL",),
+        flags=("-m", "--model"),
+        metavar="NAME",
+        help="model override",
+        commands=AGENT,
     ),
     Option(
         "effort",
@@ -93,6 +107,7 @@ OPTIONS: tuple[Option, ...] = (
         flags=("-e", "--effort"),
         metavar="LEVEL",
         help="reasoning effort, e.g. low/medium/high",
+        commands=AGENT,
     ),
     Option(
         "agent_cmd",
@@ -102,6 +117,7 @@ OPTIONS: tuple[Option, ...] = (
         help="command line of the custom harness: split like a shell command line but NOT "
         "run by a shell (&&, |, > are plain arguments; wrap them in sh -c '...'); the "
         "prompt arrives on stdin and in $SO_PROMPT_FILE",
+        commands=AGENT,
     ),
     Option(
         "iteration_timeout",
@@ -109,6 +125,7 @@ OPTIONS: tuple[Option, ...] = (
         flags=("--timeout",),
         metavar="DURATION",
         help="per-iteration timeout, e.g. 30m (default 30m)",
+        commands=AGENT,
     ),
     Option("no_progress_limit", env=("SO_NO_PROGRESS_LIMIT",)),
     Option("commit_retries", env=("SO_COMMIT_RETRIES",)),
@@ -122,7 +139,7 @@ OPTIONS: tuple[Option, ...] = (
         flags=("--max-cost",),
         metavar="USD",
         help="stop the loop once this run cost more dollars",
-        commands=LOOP_COMMANDS,
+        commands=BUDGET,
     ),
     Option(
         "network.mode",
@@ -130,6 +147,7 @@ OPTIONS: tuple[Option, ...] = (
         flags=("--network",),
         metavar="MODE",
         help="egress policy: allowlist (default: the model API only), none, open",
+        commands=POLICY,
     ),
     Option(
         "network.allow",
@@ -138,6 +156,7 @@ OPTIONS: tuple[Option, ...] = (
         metavar="HOST",
         help="also allow HOST (host, .suffix or CIDR; repeatable)",
         repeat=True,
+        commands=POLICY,
     ),
     Option(
         "network.deny",
@@ -146,6 +165,7 @@ OPTIONS: tuple[Option, ...] = (
         metavar="HOST",
         help="deny HOST (wins over allow; repeatable)",
         repeat=True,
+        commands=POLICY,
     ),
     Option("secrets"),
     Option("files.ro", env=("SO_FILES_RO",)),
@@ -157,6 +177,7 @@ OPTIONS: tuple[Option, ...] = (
         flags=("--memory",),
         metavar="SIZE",
         help="memory limit per sandbox, e.g. 4g",
+        commands=POLICY,
     ),
     Option(
         "limits.cpus",
@@ -165,6 +186,7 @@ OPTIONS: tuple[Option, ...] = (
         flags=("--cpus",),
         metavar="N",
         help="CPU limit per sandbox, e.g. 2",
+        commands=POLICY,
     ),
     Option(
         "limits.pids",
@@ -173,6 +195,7 @@ OPTIONS: tuple[Option, ...] = (
         flags=("--pids",),
         metavar="N",
         help="process limit per sandbox, e.g. 512",
+        commands=POLICY,
     ),
     Option("limits.disk", field="disk", env=("SO_LIMIT_DISK",)),
     Option("limits.total_time", field="total_time", env=("SO_LIMIT_TOTAL_TIME",)),
@@ -184,7 +207,7 @@ OPTIONS: tuple[Option, ...] = (
         flags=("--max-tokens",),
         metavar="N",
         help="stop the loop once this run used more tokens",
-        commands=LOOP_COMMANDS,
+        commands=BUDGET,
     ),
 )
 

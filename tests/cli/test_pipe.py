@@ -56,3 +56,40 @@ def test_list_with_a_config_file_on_a_closed_pipe(
     crash_dir.mkdir()
     out = closed_pipe_run(["list"], repo, crash_dir)
     assert (out.returncode, out.stderr) == (0, "")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_a_loop_whose_reader_left_runs_to_its_end(
+    stream: str, isolated_home: Path, tmp_path: Path
+) -> None:
+    """`so run --json | head -1`: the run goes on to its own end and exit code (5: the
+    iterations ran out), the sandbox is not marked failed — its output just goes nowhere."""
+    import json
+
+    from helpers import make_repo
+
+    repo = make_repo(tmp_path / "proj", {"specs/prompt.md": "go\n"})
+    agent = tmp_path / "agent.sh"
+    agent.write_text('#!/bin/sh\ncat >/dev/null\ndate >> f\ngit add -A && git commit -qm "s"\n')
+    agent.chmod(0o755)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    argv = [SO, "run", "-H", "custom", "--agent-cmd", str(agent), "-i", "2", "--yes", "--json"]
+    other = subprocess.PIPE
+    try:
+        out = subprocess.run(
+            argv,
+            cwd=repo,
+            stdout=write_end if stream == "stdout" else other,
+            stderr=write_end if stream == "stderr" else other,
+            stdin=subprocess.DEVNULL,
+            check=False,
+            timeout=300,
+        )
+    finally:
+        os.close(write_end)
+    assert out.returncode == 5
+    listed = subprocess.run([SO, "list", "--json"], capture_output=True, text=True, check=True)
+    [rec] = json.loads(listed.stdout)
+    assert (rec["status"], rec["iterations"], rec["commits"]) == ("stopped", 2, 2)

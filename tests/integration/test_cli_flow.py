@@ -202,6 +202,7 @@ def test_dup_runs_jscpd_inside_the_sandbox(tmp_path: Path) -> None:
         "--json",
         cwd=repo,
     )
+    assert out.stdout, out.stderr
     summary = json.loads(out.stdout.splitlines()[-1])
     prompt = (
         Path(os.environ["SO_HOME"])

@@ -17,6 +17,7 @@ from sono.errors import SoError
 TYPE_CHECKING = False  # importing typing costs start-up time (`so list`)
 if TYPE_CHECKING:
     import argparse
+    from typing import TextIO
 
     from sono.cli.flags import CommandFlags, Flags
 
@@ -244,7 +245,44 @@ def main(argv: Sequence[str] | None = None) -> int:
 FAST = {("list",): False, ("list", "--json"): True}  # argv → --json, answered without argparse
 
 
+class ReaderMayLeave:
+    """stdout or stderr whose reader may go away (`so run --json | head -1`): from then on
+    its writes go nowhere instead of raising — a loop is never stopped, nor its exit code
+    changed, by a closed pipe of its own output."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._left()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._left()
+
+    def _left(self) -> None:
+        self.gone = True
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
 def entry() -> None:
+    sys.stdout = ReaderMayLeave(sys.stdout)
+    sys.stderr = ReaderMayLeave(sys.stderr)
     try:
         code = _dispatch()
         sys.stdout.flush()  # a closed pipe shows here, not as a warning at exit
