@@ -180,6 +180,29 @@ def test_step_asks_between_iterations(tmp_path: Path) -> None:
     assert rec["iterations"] == 2 and rec["status"] == "stopped"
 
 
+def test_ctrl_d_at_every_prompt_stops_or_quits(tmp_path: Path) -> None:
+    """End of input (Ctrl-D) answers stop at the step prompt and quit in the menu: exit 0,
+    never a crash, the sandbox stopped — not failed."""
+    repo = make_repo(tmp_path / "proj", {"README.md": "# p\n", "specs/prompt.md": "go\n"})
+    script = tmp_path / "agent.sh"
+    script.write_text(AGENT)
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    term = Terminal([SO, "step", "-H", "custom", "--agent-cmd", str(script), "-i", "3"], repo)
+    term.expect("[s]top?")
+    os.write(term.master, b"\x04")  # Ctrl-D at the step prompt: stop
+    term.expect("stopped by you")
+    term.expect("> ")
+    os.write(term.master, b"\x04")  # Ctrl-D in the review menu: quit
+    assert term.proc.wait(timeout=30) == 0
+    assert "unexpected error" not in term.screen
+    [rec] = json.loads(so("list", "--json", cwd=repo).stdout)
+    assert rec["iterations"] == 1 and rec["status"] == "stopped"
+    menu = Terminal([SO, "menu"], repo)
+    menu.expect("q to quit")
+    os.write(menu.master, b"\x04")
+    assert menu.proc.wait(timeout=30) == 0
+
+
 def test_plan_hands_the_terminal_to_the_agent(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "proj")
     script = tmp_path / "planner.sh"

@@ -49,12 +49,22 @@ def interactive_tty() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
+def ask(prompt: str, on_end: str = "q") -> str:
+    """One line typed at a prompt; Ctrl-D (end of input) answers ``on_end`` — quit,
+    stop or no, wherever it is asked."""
+    try:
+        return input(prompt)
+    except EOFError:
+        print(file=sys.stderr)
+        return on_end
+
+
 def confirm(args: argparse.Namespace, question: str) -> bool:
     if yes(args):
         return True
     if not interactive_tty():
         raise SoError(f"{question} — no terminal to ask on; pass --yes to confirm")
-    answer = input(f"{question} [y/N] ").strip().lower()
+    answer = ask(f"{question} [y/N] ", on_end="n").strip().lower()
     return answer in ("y", "yes")
 
 

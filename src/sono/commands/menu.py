@@ -42,7 +42,7 @@ def _numbered_menu(args: argparse.Namespace, records: list[SandboxRecord]) -> in
     store = c.store()
     while records:
         print(table(records))
-        answer = input("\nsandbox number or id (q to quit): ").strip()
+        answer = c.ask("\nsandbox number or id (q to quit): ").strip()
         if answer in ("q", "quit", ""):
             return 0
         chosen = _pick(answer, [r.id for r in records])
@@ -79,7 +79,7 @@ def _sandbox_keys(args: argparse.Namespace, sandbox_id: str) -> None:
         rec = sandbox.record
         state = f"{rec.id}: {rec.live_status()}, {rec.iterations} iteration(s), {rec.commits}"
         print(f"\n{one_line(state)} commit(s)\n{ACTIONS}")
-        key = input("> ").strip().lower()
+        key = c.ask("> ").strip().lower()
         try:
             if key in ("q", "\x1b", ""):
                 return
@@ -88,11 +88,11 @@ def _sandbox_keys(args: argparse.Namespace, sandbox_id: str) -> None:
             elif key == "s":
                 shell(ctx, open_sandbox(ctx, sandbox_id, run=True).sandbox)
             elif key == "r":
-                rev = input("reset to (iter-N, base or commit): ").strip()
+                rev = c.ask("reset to (iter-N, base or commit): ", on_end="").strip()
                 if rev and c.confirm(args, f"reset {rec.id} to {rev}?"):
                     reset(sandbox, rev)
             elif key == "c":
-                _continue(ctx, args, rec.id, input("how many iterations? ").strip() or "1")
+                _continue(ctx, args, rec.id, c.ask("how many iterations? ").strip() or "1")
             elif key == "m":
                 if c.confirm(args, f"merge {rec.id} into {rec.project}?"):
                     merge(sandbox, commit=False, keep=False)

@@ -110,7 +110,7 @@ def ask_between(args: argparse.Namespace) -> StepHook:
         return lambda _sb, _rec: StepDecision()
     if not c.interactive_tty():
         raise SoError("so step asks between iterations and needs a terminal; use so run instead")
-    return lambda sandbox, rec: between(sandbox, rec, input)
+    return lambda sandbox, rec: between(sandbox, rec, lambda prompt: c.ask(prompt, on_end="s"))
 
 
 def run(args: argparse.Namespace) -> int:
