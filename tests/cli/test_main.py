@@ -222,3 +222,19 @@ def test_error_lines_show_sandbox_text_inert(
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\x9b" not in err and "\x07" not in err
     assert "so: error: git failed: ^[]52;c;eA==^G ^[[8mhidden <U+009B>2J\nsecond line" in err
+
+
+@pytest.mark.parametrize("where", ["a-file", "missing/deeper"])
+def test_an_unusable_so_home_is_one_line_not_a_crash(tmp_path: Path, where: str) -> None:
+    from helpers import make_repo
+
+    repo = make_repo(tmp_path / "proj", {"specs/prompt.md": "go\n"})
+    (tmp_path / "a-file").write_text("not a directory\n")
+    home = tmp_path / "a-file" / where if where == "missing/deeper" else tmp_path / "a-file"
+    out = so(
+        "run", "-H", "custom", "--agent-cmd", "/bin/true", "--yes",
+        cwd=repo, env={"SO_HOME": str(home)},
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.startswith("so: error: ") and "SO_HOME" in out.stderr
+    assert len(out.stderr.splitlines()) == 1 and "unexpected" not in out.stderr

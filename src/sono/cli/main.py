@@ -227,6 +227,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:  # `so doctor | head`: the reader has all it wanted
         return _pipe_closed()
+    except OSError as exc:  # the machine said no: a path, a permission, a full disk
+        where = f"{exc.filename}: " if exc.filename else ""
+        what = exc.strerror or str(exc)
+        return _error(SoError(f"{where}{what} (check SO_HOME and the paths in your config)"))
     except Exception:
         import tempfile
         import traceback
