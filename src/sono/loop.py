@@ -146,16 +146,27 @@ class Reporter(Protocol):
     def note(self, message: str) -> None: ...
 
 
-class Terminated(SystemExit):
-    """so was told to stop by a signal (SIGTERM: kill, a service manager; SIGHUP: the
-    terminal closed)."""
+class Terminated(KeyboardInterrupt):
+    """so was told to stop by a signal (SIGTERM: kill, ``timeout``, a CI cancel, a
+    service manager; SIGHUP: the terminal closed): handled like Ctrl-C — the agent
+    stopped, the iteration recorded, the sandbox kept — with exit code 128 + signal."""
 
     def __init__(self, signum: int) -> None:
-        super().__init__(128 + signum)
+        super().__init__(signum)
         self.signal = signal.Signals(signum).name
+        self.exit_code = 128 + signum
 
     def __str__(self) -> str:
         return f"so was terminated ({self.signal})"
+
+
+def interruption(exc: KeyboardInterrupt) -> str:
+    """The stop reason: ``interrupted (Ctrl-C)`` or ``so was terminated (SIGTERM)``."""
+    return str(exc) if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
+
+
+def interrupted_exit(exc: KeyboardInterrupt) -> int:
+    return exc.exit_code if isinstance(exc, Terminated) else EXIT_INTERRUPTED
 
 
 @contextlib.contextmanager
@@ -271,9 +282,9 @@ class Loop:
                         outcome, message = "stopped", "stopped by you between iterations"
                         break
                     self._next_prompt = decision.prompt
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             self.reporter.note("interrupted: stopping the agent")  # also ends a live view
-            self._finish("interrupted", "interrupted (Ctrl-C)")
+            self._finish("interrupted", interruption(exc))
             raise
         except BaseException as exc:  # whatever ends the run, the record says why
             self._finish_after(exc)
@@ -284,13 +295,9 @@ class Loop:
         return result
 
     def _finish_after(self, exc: BaseException) -> None:
-        """A run ended by an exception (an error, SIGTERM or SIGHUP, a failing reporter):
-        never left ``running`` with a dead runner. Recording must not hide the
-        exception itself."""
-        if isinstance(exc, Terminated):
-            outcome, message = "interrupted", str(exc)
-        else:
-            outcome, message = "error", one_line(f"{type(exc).__name__}: {exc}", 300)
+        """A run ended by an exception (an error, SystemExit, a failing reporter): never
+        left ``running`` with a dead runner. Recording must not hide the exception."""
+        outcome, message = "error", one_line(f"{type(exc).__name__}: {exc}", 300)
         try:
             self._finish(outcome, message)
         except Exception:  # the vault or git failed too: the status at least
@@ -342,7 +349,7 @@ class Loop:
         prompt = self.prompt(i, planned, recent)
         try:
             exit_code, timed_out, events = self.run_agent(n, prompt, "agent")
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             # The agent tree is already dead; keep what it did on the timeline.
             self._close(
                 n,
@@ -354,7 +361,7 @@ class Loop:
                 events=0,
                 interrupted=True,
             )
-            self.sb.save(last_error=f"iteration {n} interrupted (Ctrl-C)")
+            self.sb.save(last_error=f"iteration {n} {interruption(exc)}")
             raise
         retries, auto = self._enforce_commit(n, i, start)
         rec = self._close(

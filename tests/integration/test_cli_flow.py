@@ -119,17 +119,22 @@ def test_terminating_so_records_why_and_stops_the_agent(tmp_path: Path, sig: int
     repo = project(tmp_path, items=1)
     before = tree_snapshot(repo)
     cmd = [SO, "run", "-H", "custom", "--agent-cmd", agent(tmp_path, body), "--yes"]
-    proc = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not pids(sleep):
         time.sleep(0.1)
     assert pids(sleep)
     os.kill(proc.pid, sig)
-    assert proc.wait(timeout=30) == 128 + sig
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + sig
     assert pids(sleep) == []
+    name = signal.Signals(sig).name
     [rec] = json.loads(so("list", "--json", cwd=repo).stdout)
     assert rec["status"] == "stopped" and rec["runner_pid"] is None
-    assert rec["stop_reason"] == f"so was terminated ({signal.Signals(sig).name})"
+    assert rec["stop_reason"] == f"so was terminated ({name})"
+    # As after Ctrl-C: the iteration is on record and so says how to go on.
+    assert rec["iterations"] == 1
+    assert f"so was terminated ({name}); sandbox {rec['id']} kept" in err.decode()
     assert tree_snapshot(repo) == before
     out = so("continue", str(rec["id"]), "-i", "1", "--yes", "--json", cwd=repo)
     assert json.loads(out.stdout.splitlines()[-1])["iterations"][0]["commits"]

@@ -17,7 +17,15 @@ from sono.app.policy import backend_for, policy_for
 from sono.app.sandboxes import require_idle
 from sono.config import Config
 from sono.errors import SoError
-from sono.loop import Loop, LoopOptions, LoopResult, Reporter, StepHook
+from sono.loop import (
+    EXIT_INTERRUPTED,
+    Loop,
+    LoopOptions,
+    LoopResult,
+    Reporter,
+    StepHook,
+    interrupted_exit,
+)
 from sono.net.session import NetSession
 from sono.sandbox import Sandbox, create_sandbox
 from sono.workspace import inspect_host, require_clean
@@ -48,11 +56,17 @@ class StartOptions:
 
 @dataclass(frozen=True)
 class Outcome:
-    """A run's sandbox and result; ``result`` is None when Ctrl-C stopped it."""
+    """A run's sandbox and result; ``result`` is None when Ctrl-C or a signal stopped it
+    (``exit_code`` then says which: 130, or 128 + the signal)."""
 
     sandbox: Sandbox
     result: LoopResult | None
     config: Config
+    stopped_exit: int = EXIT_INTERRUPTED
+
+    @property
+    def exit_code(self) -> int:
+        return self.result.exit_code if self.result is not None else self.stopped_exit
 
 
 def start(ctx: Context, opts: StartOptions, reporter: Reporter) -> Outcome:
@@ -100,8 +114,7 @@ def start(ctx: Context, opts: StartOptions, reporter: Reporter) -> Outcome:
             f"    {sandbox.describe_workspace()} (branch {sandbox.record.branch}); "
             f"network: {network_line(cfg)}"
         )
-    result = run_loop(ctx, sandbox, agent, cfg, reporter, request=opts.request)
-    return Outcome(sandbox, result, cfg)
+    return _outcome(ctx, sandbox, agent, cfg, reporter, opts.request)
 
 
 def continue_run(
@@ -119,8 +132,21 @@ def continue_run(
     require_idle(sandbox)
     cfg = ctx.config(Path(sandbox.record.project), sandbox=sandbox.record)
     agent = resolve_agent(ctx, cfg)
-    result = run_loop(ctx, sandbox, agent, cfg, reporter, request=request)
-    return Outcome(sandbox, result, cfg)
+    return _outcome(ctx, sandbox, agent, cfg, reporter, request)
+
+
+def _outcome(
+    ctx: Context,
+    sandbox: Sandbox,
+    agent: Agent,
+    cfg: Config,
+    reporter: Reporter,
+    request: LoopRequest | None,
+) -> Outcome:
+    try:
+        return Outcome(sandbox, run_loop(ctx, sandbox, agent, cfg, reporter, request=request), cfg)
+    except KeyboardInterrupt as exc:
+        return Outcome(sandbox, None, cfg, interrupted_exit(exc))
 
 
 def run_loop(
@@ -131,9 +157,9 @@ def run_loop(
     reporter: Reporter,
     *,
     request: LoopRequest | None = None,
-) -> LoopResult | None:
-    """Run the loop under the sandbox's policy; None when Ctrl-C stopped it (the
-    sandbox is kept, its record says so)."""
+) -> LoopResult:
+    """Run the loop under the sandbox's policy. Ctrl-C or a signal raises
+    ``KeyboardInterrupt`` once the agent is stopped and the sandbox's record says so."""
     request = request or LoopRequest()
     sandbox.with_mounts(agent.mounts)
     opts = LoopOptions(
@@ -166,10 +192,7 @@ def run_loop(
             step_hook=request.step_hook,
             net=net,
         )
-        try:
-            return loop.run()
-        except KeyboardInterrupt:
-            return None
+        return loop.run()
 
 
 @contextlib.contextmanager

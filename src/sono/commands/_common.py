@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sono.app.context import Context
+from sono.app.runs import Outcome
 from sono.cli.flags import flags_of
 from sono.config import Config
 from sono.errors import SoError
@@ -121,11 +122,12 @@ def summarize(args: argparse.Namespace, sandbox: Sandbox, result: LoopResult) ->
     )
 
 
-def interrupted(sandbox: Sandbox, cfg: Config) -> int:
-    sid = sandbox.record.id
+def interrupted(outcome: Outcome) -> int:
+    """The line after Ctrl-C or a signal stopped a run, and its exit code."""
+    sid, reason = outcome.sandbox.record.id, outcome.sandbox.record.stop_reason
     print(
-        f"so: interrupted; sandbox {sid} kept. Continue with: so continue {sid} -i "
-        f"{cfg.iterations}  (or review: so diff {sid})",
+        f"so: {reason or 'interrupted'}; sandbox {sid} kept. Continue with: so continue {sid} "
+        f"-i {outcome.config.iterations}  (or review: so diff {sid})",
         file=sys.stderr,
     )
-    return 130
+    return outcome.exit_code

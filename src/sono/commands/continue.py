@@ -14,6 +14,6 @@ def run(args: argparse.Namespace) -> int:
     sandbox = open_sandbox(ctx, args.id, run=True).sandbox
     outcome = continue_run(ctx, sandbox, None, c.reporter(args))
     if outcome.result is None:
-        return c.interrupted(outcome.sandbox, outcome.config)
+        return c.interrupted(outcome)
     c.summarize(args, outcome.sandbox, outcome.result)
     return outcome.result.exit_code

@@ -24,7 +24,7 @@ def launch(
     )
     outcome = start(c.context(args), opts, c.reporter(args))
     if outcome.result is None:
-        return c.interrupted(outcome.sandbox, outcome.config)
+        return c.interrupted(outcome)
     c.summarize(args, outcome.sandbox, outcome.result)
     if not c.yes(args) and c.interactive_tty() and not as_json:
         from sono.commands.menu import sandbox_menu

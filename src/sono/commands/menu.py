@@ -112,6 +112,6 @@ def _continue(ctx: Context, args: argparse.Namespace, sandbox_id: str, count: st
     sandbox = open_sandbox(ctx, sandbox_id, run=True).sandbox
     outcome = continue_run(ctx, sandbox, int(count), c.reporter(args))
     if outcome.result is None:
-        c.interrupted(outcome.sandbox, outcome.config)
+        c.interrupted(outcome)
     else:
         c.summarize(args, outcome.sandbox, outcome.result)
