@@ -38,3 +38,20 @@ def test_limits_from_the_user_file_name_it(repo: Path, isolated_home: Path) -> N
     path.write_text("[limits]\ncpus = 1.5\n")
     out = so("doctor", cwd=repo)
     assert f"[ok  ] limits set: cpus 1.5 (user file ({path}))" in out.stdout
+
+
+def test_a_broken_config_is_reported_not_refused(repo: Path) -> None:
+    (repo / ".so").mkdir()
+    (repo / ".so" / "config.toml").write_text("iterations = [\n")
+    out = so("doctor", cwd=repo)
+    assert out.returncode == 1
+    assert "[FAIL] config: " in out.stdout and "invalid TOML at line 1" in out.stdout
+    assert "[ok  ] backend bwrap" in out.stdout  # the rest of the checks still ran
+
+
+def test_the_selected_sandbox_is_the_one_run_would_pick(repo: Path, docker_ready: str) -> None:
+    """As root the project is root-owned: Docker could only copy it, bwrap mounts it
+    copy-on-write — `so run` picks bwrap, and `so doctor` says the same, with the reason."""
+    out = so("doctor", cwd=repo, env={"SANDBOX": "auto", "SO_SANDBOX": "auto"})
+    [selected] = [x for x in out.stdout.splitlines() if "selected sandbox" in x]
+    assert "selected sandbox: bwrap (auto → bwrap: docker would copy the project" in selected

@@ -33,15 +33,21 @@ def backend_for(ctx: Context, cfg: Config, project: Path | None = None) -> Chose
     """The backend to create sandboxes on, checked to work here, and why it was chosen
     (``auto``: with ``project``, the one that gives it the better workspace)."""
     settings = backend_settings(ctx, cfg)
-    name, why = cfg.sandbox, f"-s/SANDBOX/config: {cfg.sandbox}"
-    if name == "auto":
-        judged = project if cfg.workspace != "copy" else None
-        name, why = choose_auto(settings, judged, ctx.store.root)
+    name, why = backend_choice(ctx, cfg, project)
     backend = get_backend(name, settings)
     health = backend.health()
     if not health.ok:
         raise SoError(f"{health.detail}; fix: {health.fix}")
     return ChosenBackend(backend, why)
+
+
+def backend_choice(ctx: Context, cfg: Config, project: Path | None) -> tuple[str, str]:
+    """``(backend, why)`` as ``so run`` in ``project`` would choose (``so doctor`` says
+    the same)."""
+    if cfg.sandbox != "auto":
+        return cfg.sandbox, f"-s/SANDBOX/config: {cfg.sandbox}"
+    judged = project if cfg.workspace != "copy" else None
+    return choose_auto(backend_settings(ctx, cfg), judged, ctx.store.root)
 
 
 def policy_for(ctx: Context, cfg: Config, backend: Backend, *, run: bool = True) -> RunPolicy:

@@ -9,12 +9,12 @@ import tempfile
 from pathlib import Path
 
 from sono import agents, proc
-from sono.app.policy import backend_settings, limits_of
-from sono.backends import BACKENDS, choose_auto, get_backend
+from sono.app.policy import backend_choice, backend_settings, limits_of
+from sono.backends import BACKENDS, get_backend
 from sono.backends.base import Backend
 from sono.commands import _common as c
-from sono.config import Config, ProjectFile
-from sono.errors import SoError
+from sono.config import Config, ProjectFile, load_config
+from sono.errors import ConfigError, SoError
 from sono.harnesses import HARNESSES, available, harness_class
 from sono.harnesses.base import AgentOptions
 from sono.limits import MECHANISM_LABELS, Limits, format_size
@@ -29,12 +29,18 @@ def line(ok: bool | None, what: str, detail: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = c.config(args, _project())
-    out = [line(True, "so home", str(so_home(c.environ()))), _limits_set(cfg)]
-    settings = backend_settings(c.context(args), cfg)
-    selected, why = cfg.sandbox, "set by -s/SANDBOX/config"
-    if selected == "auto":
-        selected, why = choose_auto(settings)
+    ctx, project = c.context(args), _project()
+    out = [line(True, "so home", str(so_home(c.environ())))]
+    config_ok = True
+    try:
+        cfg = ctx.config(project)
+    except ConfigError as exc:  # the doctor reports it, on the built-in defaults
+        out.append(line(False, "config", f"{exc} — below: the built-in defaults"))
+        cfg = load_config(project=None, env={}, home=Path("/nonexistent"), flags={})
+        config_ok = False
+    out.append(_limits_set(cfg))
+    settings = backend_settings(ctx, cfg)
+    selected, why = backend_choice(ctx, cfg, project)
     selected_ok = False
     for name in BACKENDS:
         backend = get_backend(name, settings)
@@ -60,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     out += _agents()
     out += _credentials()
     print("\n".join(out))
-    return 0 if selected_ok and git else 1
+    return 0 if selected_ok and git and config_ok else 1
 
 
 def _workspace(name: str, backend: Backend, wanted: str) -> str:
