@@ -205,8 +205,8 @@ class Sandbox:
             scratch=self.dir / "tmp",
         )
         vault.keep("tip", tip)
-        if tip != rec.tip:
-            self.save(tip=tip)
+        if tip != rec.tip:  # the count follows (a commit in `so shell`, a reset)
+            self.save(tip=tip, commits=vault.count(rec.base_commit, tip))
         return tip
 
     def record_iteration(self, n: int, start: str | None = None) -> str:

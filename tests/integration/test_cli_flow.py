@@ -249,3 +249,24 @@ def test_allow_dirty_snapshots_host_changes(tmp_path: Path) -> None:
         == "# edited on the host"
     )
     assert (repo / "README.md").read_text() == "# edited on the host\n"
+
+
+def test_agent_records_follow_what_ran_and_what_was_committed(tmp_path: Path) -> None:
+    """`so continue -H NAME` records the agent that runs from then on; a commit made in
+    `so shell` is counted at once; --agent-cmd without -H custom is an error, and with
+    --json the error reaches stdout as JSON too."""
+    repo = project(tmp_path)
+    summary = run(repo, agent(tmp_path), "-i", "1")
+    sid = str(summary["id"])
+    commit = "echo x > shell.txt && git add -A && git commit -qm 'by hand'"
+    assert so("shell", sid, "--", "sh", "-c", commit, cwd=repo).returncode == 0
+    [rec] = json.loads(so("list", "--json", cwd=repo).stdout)
+    assert rec["commits"] == 2
+    so("continue", sid, "-H", "pi", "-i", "1", "--yes", cwd=repo)  # pi has no key: fails
+    [rec] = json.loads(so("list", "--json", cwd=repo).stdout)
+    assert rec["harness"] == "pi"
+    wrong = so("run", "--agent-cmd", "/bin/true", "--json", "--yes", cwd=repo)
+    assert wrong.returncode == 1
+    assert "--agent-cmd is the command of the custom harness" in wrong.stderr
+    error = json.loads(wrong.stdout.splitlines()[-1])
+    assert error["kind"] == "error" and "add -H custom" in error["message"]

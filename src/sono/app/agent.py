@@ -54,6 +54,11 @@ def resolve_agent(
 ) -> Agent:
     """Pick the harness, validate model/effort, and find its CLI."""
     harness = get_harness(cfg.harness)
+    if cfg.agent_cmd and "agent_cmd" in ctx.flags and harness.name != "custom":
+        raise SoError(
+            f"--agent-cmd is the command of the custom harness, not of {harness.name}: "
+            "add -H custom (or drop --agent-cmd)"
+        )
     opts = AgentOptions(
         model=cfg.model,
         effort=effort_for(cfg, harness, task),

@@ -132,6 +132,16 @@ def continue_run(
     require_idle(sandbox)
     cfg = ctx.config(Path(sandbox.record.project), sandbox=sandbox.record)
     agent = resolve_agent(ctx, cfg)
+    # Flags may name another agent: the record says which one runs from now on.
+    chosen = {
+        "harness": agent.harness.name,
+        "model": cfg.model,
+        "effort": cfg.effort,
+        "agent_cmd": cfg.agent_cmd,
+    }
+    rec = sandbox.record
+    if any(getattr(rec, key) != value for key, value in chosen.items()):
+        sandbox.save(**chosen)
     return _outcome(ctx, sandbox, agent, cfg, reporter, request)
 
 

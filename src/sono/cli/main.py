@@ -221,6 +221,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = module.run(args)
     except SoError as exc:
+        if getattr(args, "json", False):  # the JSON reader gets the error as JSON too
+            import json
+
+            print(json.dumps({"kind": "error", "message": str(exc), "exit_code": exc.exit_code}))
         return _error(exc)
     except KeyboardInterrupt:
         print("so: interrupted", file=sys.stderr)
