@@ -14,7 +14,7 @@ if ! command -v npm >/dev/null 2>&1; then
     exit 1
   fi
 fi
-export SO_AGENTS_DIR="$root/.cache/agents"
+export SO_AGENTS_DIR="${SO_AGENTS_DIR:-$root/.cache/agents}"
 .venv/bin/so agents install claude codex opencode pi jscpd  # pinned; no-op when present
 
 # Docker parity tests: an engine and the offline base image (kept between runs). Without

@@ -447,7 +447,7 @@ class Loop:
         if not git.dirty():
             return retries, False
         git.commit_all(f"so: uncommitted changes after iteration {n}")
-        self.reporter.note(f"so committed the agent's leftover changes (iteration {n})")
+        self.reporter.note(f"committed the agent's leftover changes (iteration {n})")
         return retries, True
 
     def _close(self, n: int, start: _Start, **fields: Any) -> IterationRecord:

@@ -106,7 +106,7 @@ def summarize(args: argparse.Namespace, sandbox: Sandbox, result: LoopResult) ->
         return
     print(
         one_line(
-            f"so: {result.outcome}: {result.message} (sandbox {sid}, "
+            f"so: {result.outcome.replace('_', ' ')}: {result.message} (sandbox {sid}, "
             f"{len(result.iterations)} iteration(s))",
             400,
         ),

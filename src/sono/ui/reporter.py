@@ -38,11 +38,12 @@ def cost(value: float | None) -> str:
 def summary_line(record: IterationRecord) -> str:
     extra = " (timed out)" if record.timed_out else " (interrupted)" if record.interrupted else ""
     auto = ", auto-committed" if record.auto_committed else ""
+    code = "-" if record.exit_code is None else record.exit_code
     return (
         f"iteration {record.n}: {record.duration_s:.1f}s, {len(record.commits)} commit(s){auto}, "
         f"{record.files_changed} file(s), tokens {tokens(record.tokens_in)} in / "
         f"{tokens(record.tokens_out)} out, {cost(record.cost_usd)}, "
-        f"exit {record.exit_code}{extra}, status {record.status_after}"
+        f"exit {code}{extra}, status {record.status_after}"
     )
 
 
