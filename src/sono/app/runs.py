@@ -114,7 +114,7 @@ def start(ctx: Context, opts: StartOptions, reporter: Reporter) -> Outcome:
             f"    {sandbox.describe_workspace()} (branch {sandbox.record.branch}); "
             f"network: {network_line(cfg)}"
         )
-    return _outcome(ctx, sandbox, agent, cfg, reporter, opts.request)
+    return _outcome(ctx, sandbox, agent, cfg, reporter, request=opts.request)
 
 
 def continue_run(
@@ -142,7 +142,7 @@ def continue_run(
     rec = sandbox.record
     if any(getattr(rec, key) != value for key, value in chosen.items()):
         sandbox.save(**chosen)
-    return _outcome(ctx, sandbox, agent, cfg, reporter, request)
+    return _outcome(ctx, sandbox, agent, cfg, reporter, request=request)
 
 
 def _outcome(
@@ -151,6 +151,7 @@ def _outcome(
     agent: Agent,
     cfg: Config,
     reporter: Reporter,
+    *,
     request: LoopRequest | None,
 ) -> Outcome:
     try:

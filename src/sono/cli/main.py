@@ -7,6 +7,7 @@ Every flag is accepted before or after the subcommand (``so -i 3 run`` and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -279,10 +280,8 @@ class ReaderMayLeave:
 
     def _left(self) -> None:
         self.gone = True
-        try:
+        with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
-        except (OSError, ValueError):
-            pass
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._stream, name)
