@@ -212,3 +212,20 @@ def test_container_removed_behind_our_back_is_recreated(docker_ready: str, tmp_p
     assert inside.stdout.split() == ["n1", "n2", "agent"]
     assert so("rm", sid, cwd=repo).returncode == 0
     assert not client.containers.list(all=True, filters={"label": f"so.sandbox={sid}"})
+
+
+def test_the_agent_can_reach_paths_mounted_under_root_home(docker_ready: str) -> None:
+    """As root, SO_HOME is /root/.local/state/so: the git objects a sandbox borrows are
+    mounted at that path, so the agent's uid must be able to pass through the image's
+    /root (traverse, not list) — else every Docker run as root failed with "the sandbox's
+    HEAD is not a commit"."""
+    import subprocess
+
+    backend = DockerBackend()
+    image = backend.images().ensure(backend.runner_spec(), lambda _line: None)
+    probe = subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", "--user", f"{backend.uid}:{backend.gid}",
+         image, "sh", "-c", "stat -c %a /root; ls /root >/dev/null 2>&1 && echo listed || :"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert probe.stdout.split() == ["711"]

@@ -108,6 +108,36 @@ def test_kill_9_of_so_leaves_a_recoverable_sandbox(tmp_path: Path) -> None:
     assert json.loads(out.stdout.splitlines()[-1])["iterations"][0]["commits"]
 
 
+def test_docker_after_kill_9_continue_ends_the_orphaned_agent_first(
+    tmp_path: Path, docker_ready: str
+) -> None:
+    """On Docker the agent outlives a kill -9 of so (the engine keeps its exec): the next
+    so command that uses the container ends it first — never two agents at once."""
+    sleep = unique_sleep()
+    body = AGENT.replace(
+        "prompt=$(cat)",
+        f"prompt=$(cat)\n[ -f .slept ] || {{ touch .slept; {sleep}; echo late > late.txt; }}",
+    )
+    repo = project(tmp_path, items=2)
+    cmd = [SO, "run", "-s", "docker", "-H", "custom", "--agent-cmd", agent(tmp_path, body)]
+    proc = subprocess.Popen(
+        [*cmd, "--yes"], cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not pids(sleep):
+        time.sleep(0.2)
+    assert pids(sleep)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    [rec] = json.loads(so("list", "--json", cwd=repo).stdout)
+    out = so("continue", str(rec["id"]), "-i", "1", "--yes", "--json", cwd=repo, timeout=300)
+    assert pids(sleep) == []  # the orphan was ended before the new agent started
+    assert json.loads(out.stdout.splitlines()[-1])["iterations"][0]["commits"]
+    files = so("shell", str(rec["id"]), "--", "ls", cwd=repo).stdout.split()
+    assert "late.txt" not in files  # the orphan never went on to write
+    so("rm", str(rec["id"]), "--yes", cwd=repo)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_terminating_so_records_why_and_stops_the_agent(tmp_path: Path, sig: int) -> None:
     """kill (SIGTERM) or a closed terminal (SIGHUP) mid-iteration: the agent's processes

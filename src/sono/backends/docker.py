@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import io
 import os
+import re
 import secrets
 import shutil
 import tarfile
@@ -32,6 +33,7 @@ from sono.backends.docker_engine import connect
 from sono.backends.docker_limits import cgroup_dirs, docker_kwargs, plan_limits
 from sono.backends.execution import PATH, Stopper, disk_watch, sandbox_env
 from sono.errors import SoError
+from sono.home import pid_alive
 from sono.images import Images, RunnerSpec, agent_ids
 from sono.layout import FORWARDER_INSIDE, INSIDE_DIR, forwarder_argv
 from sono.limits.cgroup import cgroup_counters
@@ -65,6 +67,15 @@ SUPERVISE = resources.files("sono.runner").joinpath("supervise.py").read_text()
 TMPFS_INODES = 65536  # every tmpfs: an inode cap (an empty file costs kernel memory)
 SHM_SIZE = 64 << 20
 Progress = Callable[[str], None]
+
+
+RUN_TOKEN = re.compile(r"[0-9a-f]{16}")
+
+
+def _runs_dir(spec: SandboxSpec) -> Path:
+    """Host-side, so's own: one file per agent run in progress, named by its token,
+    holding the pid of the so process that follows it."""
+    return spec.home_seed.parent / "docker-runs"
 
 
 def container_name(sandbox_id: str) -> str:
@@ -303,6 +314,8 @@ class DockerBackend:
             self._seed_home(container, spec)
         elif container.status != "running":
             container.start()
+        else:
+            self._end_orphans(container, spec)
         self._forwarding.discard(spec.id)
         self._live[spec.id] = container
         self._live_keys[spec.id] = (spec.mounts, spec.limits)
@@ -384,6 +397,9 @@ class DockerBackend:
             environment={**exec_env(spec, env), RUN_MARK: token},
             workdir="/",
         )
+        marker = _runs_dir(spec) / token  # whose run this is: see _end_orphans
+        marker.parent.mkdir(mode=0o700, exist_ok=True)
+        marker.write_text(str(os.getpid()))
         stream = self.client().api.exec_start(exec_id, stream=True)
         try:
             with self._guard(container, spec) as guard:
@@ -394,7 +410,23 @@ class DockerBackend:
             self._reap(container, token)
             raise
         finally:
+            marker.unlink(missing_ok=True)
             strip_setid(spec.agent_writable)  # the supervisor reaped what the run left
+
+    def _end_orphans(self, container: Any, spec: SandboxSpec) -> None:
+        """A run whose so process died (kill -9) goes on in the engine: bwrap's agent dies
+        with so, a container outlives its client. Before this process uses the container,
+        each such run is ended, so a `so continue` never runs a second agent beside it."""
+        runs = _runs_dir(spec)
+        for marker in runs.iterdir() if runs.is_dir() else ():
+            try:
+                pid = int(marker.read_text())
+            except (OSError, ValueError):
+                pid = 0
+            if pid_alive(pid) or not RUN_TOKEN.fullmatch(marker.name):
+                continue
+            self._reap(container, marker.name)
+            marker.unlink(missing_ok=True)
 
     def _reap(self, container: Any, token: str | None = None) -> None:
         """End what so's commands left behind (daemons, ``setsid`` or ``env -i`` children,
