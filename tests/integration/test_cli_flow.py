@@ -119,14 +119,16 @@ def test_docker_after_kill_9_continue_ends_the_orphaned_agent_first(
         f"prompt=$(cat)\n[ -f .slept ] || {{ touch .slept; {sleep}; echo late > late.txt; }}",
     )
     repo = project(tmp_path, items=2)
-    cmd = [SO, "run", "-s", "docker", "-H", "custom", "--agent-cmd", agent(tmp_path, body)]
-    proc = subprocess.Popen(
-        [*cmd, "--yes"], cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not pids(sleep):
+    script = agent(tmp_path, body)
+    Path(script).chmod(0o755)  # the container's agent uid runs it
+    cmd = [SO, "run", "-s", "docker", "-H", "custom", "--agent-cmd", script]
+    log = tmp_path / "run.log"
+    with log.open("wb") as out_fh:
+        proc = subprocess.Popen([*cmd, "--yes"], cwd=repo, stdout=out_fh, stderr=out_fh)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not pids(sleep) and proc.poll() is None:
         time.sleep(0.2)
-    assert pids(sleep)
+    assert pids(sleep), log.read_text()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     [rec] = json.loads(so("list", "--json", cwd=repo).stdout)
