@@ -13,7 +13,7 @@ from types import MappingProxyType
 from sono import specs
 from sono.app.agent import Agent, resolve_agent
 from sono.app.context import Context
-from sono.app.policy import backend_for, policy_for
+from sono.app.policy import ChosenBackend, backend_for, policy_for
 from sono.app.sandboxes import require_idle
 from sono.config import Config
 from sono.errors import SoError
@@ -28,7 +28,7 @@ from sono.loop import (
 )
 from sono.net.session import NetSession
 from sono.sandbox import Sandbox, create_sandbox
-from sono.workspace import inspect_host, require_clean
+from sono.workspace import HostRepo, inspect_host, require_clean
 
 Prompt = Callable[[Sandbox], str]
 
@@ -86,25 +86,8 @@ def start(ctx: Context, opts: StartOptions, reporter: Reporter) -> Outcome:
             action="start a sandbox",
             hint=", or pass --allow-dirty to snapshot them into the sandbox",
         )
-    chosen = backend_for(ctx, cfg, host.root)
-    policy = policy_for(ctx, cfg, chosen.backend)  # fail closed before creating anything
-    agent = resolve_agent(ctx, cfg)
-    sandbox = create_sandbox(
-        store=ctx.store,
-        host=host,
-        harness=agent.harness.name,
-        backend_name=chosen.backend.name,
-        backend=chosen.backend,
-        exclude=cfg.exclude,
-        allow_dirty=opts.allow_dirty,
-        model=cfg.model,
-        effort=cfg.effort,
-        mounts=agent.mounts,
-        agent_cmd=cfg.agent_cmd,
-        workspace=cfg.workspace,
-        notice=ctx.notice,
-        policy=policy,
-    )
+    made = new_sandbox(ctx, cfg, host, allow_dirty=opts.allow_dirty)
+    sandbox, chosen, agent = made.sandbox, made.chosen, made.agent
     if opts.needs_spec:
         reset_status(sandbox)
     if opts.announce:
@@ -115,6 +98,41 @@ def start(ctx: Context, opts: StartOptions, reporter: Reporter) -> Outcome:
             f"network: {network_line(cfg)}"
         )
     return _outcome(ctx, sandbox, agent, cfg, reporter, request=opts.request)
+
+
+@dataclass(frozen=True)
+class Made:
+    sandbox: Sandbox
+    chosen: ChosenBackend
+    agent: Agent
+
+
+def new_sandbox(
+    ctx: Context, cfg: Config, host: HostRepo, *, allow_dirty: bool, task: str = "code"
+) -> Made:
+    """A sandbox from ``host`` under ``cfg``: the backend, the run policy and the agent
+    are settled first — every refusal (backend health, limits, files, the agent's CLI)
+    comes before anything is created."""
+    chosen = backend_for(ctx, cfg, host.root)
+    policy = policy_for(ctx, cfg, chosen.backend)
+    agent = resolve_agent(ctx, cfg, task=task)
+    sandbox = create_sandbox(
+        store=ctx.store,
+        host=host,
+        harness=agent.harness.name,
+        backend_name=chosen.backend.name,
+        backend=chosen.backend,
+        exclude=cfg.exclude,
+        allow_dirty=allow_dirty,
+        model=cfg.model,
+        effort=cfg.effort,
+        mounts=agent.mounts,
+        agent_cmd=cfg.agent_cmd,
+        workspace=cfg.workspace,
+        notice=ctx.notice,
+        policy=policy,
+    )
+    return Made(sandbox, chosen, agent)
 
 
 def continue_run(

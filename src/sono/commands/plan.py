@@ -17,13 +17,12 @@ import sys
 from pathlib import Path
 
 from sono import harvest, specs
-from sono.app.agent import Agent, resolve_agent
+from sono.app.agent import Agent
 from sono.app.context import Context
-from sono.app.policy import backend_for, policy_for
-from sono.app.runs import network
+from sono.app.runs import network, new_sandbox
 from sono.commands import _common as c
 from sono.errors import ConfigError, SoError
-from sono.sandbox import Sandbox, create_sandbox, remove_sandbox
+from sono.sandbox import Sandbox, remove_sandbox
 from sono.workspace import inspect_host
 
 
@@ -55,25 +54,9 @@ def interactive_session(
     host = inspect_host(root)
     ctx = c.context(args)
     cfg = ctx.config(host.root)
-    chosen = backend_for(ctx, cfg, host.root)
-    policy = policy_for(ctx, cfg, chosen.backend)  # fail closed before creating anything
-    agent = resolve_agent(ctx, cfg, task=task)
-    sandbox = create_sandbox(
-        store=ctx.store,
-        host=host,
-        harness=agent.harness.name,
-        backend_name=chosen.backend.name,
-        backend=chosen.backend,
-        exclude=cfg.exclude,
-        allow_dirty=True,  # the templates just written, the user's uncommitted specs
-        model=cfg.model,
-        effort=cfg.effort,
-        mounts=agent.mounts,
-        agent_cmd=cfg.agent_cmd,
-        workspace=cfg.workspace,
-        notice=note,
-        policy=policy,
-    )
+    # The templates just written and the user's uncommitted specs go in: allow_dirty.
+    made = new_sandbox(ctx, cfg, host, allow_dirty=True, task=task)
+    sandbox, chosen, agent = made.sandbox, made.chosen, made.agent
     try:
         kept = "only specs/ comes back" if bring_back else "nothing comes back"
         note(
