@@ -302,3 +302,13 @@ def test_agent_records_follow_what_ran_and_what_was_committed(tmp_path: Path) ->
     assert "--agent-cmd is the command of the custom harness" in wrong.stderr
     error = json.loads(wrong.stdout.splitlines()[-1])
     assert error["kind"] == "error" and "add -H custom" in error["message"]
+
+
+def test_merging_an_already_merged_sandbox_says_so(tmp_path: Path) -> None:
+    repo = project(tmp_path)
+    sid = str(run(repo, agent(tmp_path), "-i", "1")["id"])
+    first = so("merge", sid, "--commit", "--keep", "--yes", cwd=repo)
+    assert first.returncode == 0 and f"merged 1 commit(s) from {sid} into main of" in first.stdout
+    again = so("merge", sid, "--yes", cwd=repo)
+    assert again.returncode == 0
+    assert f"nothing to merge: the changes of {sid} are already in main of {repo}" in again.stdout

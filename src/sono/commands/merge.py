@@ -39,11 +39,14 @@ def run(args: argparse.Namespace) -> int:
     for note in result.notes:
         print(f"so: {note}", file=sys.stderr)
     state = "committed" if result.committed else "staged (review, then git commit)"
-    where = result.branch or "detached HEAD"
-    print(
-        f"so: merged {result.commits} commit(s) from {rec.id} into {where}: "
-        f"{len(result.files)} file(s) {state}"
-    )
+    where = f"{result.branch or 'detached HEAD'} of {rec.project}"
+    if result.files:
+        print(
+            f"so: merged {result.commits} commit(s) from {rec.id} into {where}: "
+            f"{len(result.files)} file(s) {state}"
+        )
+    else:
+        print(f"so: nothing to merge: the changes of {rec.id} are already in {where}")
     if not args.keep:
         print(f"so: sandbox {rec.id} removed")
     return 0
