@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import SO, in_sandbox, make_repo, pids, so, tree_snapshot, unique_sleep
+from helpers import SO, git, in_sandbox, make_repo, pids, so, tree_snapshot, unique_sleep
 
 pytestmark = pytest.mark.integration
 
@@ -307,8 +307,9 @@ def test_agent_records_follow_what_ran_and_what_was_committed(tmp_path: Path) ->
 def test_merging_an_already_merged_sandbox_says_so(tmp_path: Path) -> None:
     repo = project(tmp_path)
     sid = str(run(repo, agent(tmp_path), "-i", "1")["id"])
-    first = so("merge", sid, "--commit", "--keep", "--yes", cwd=repo)
+    first = so("merge", sid, "--keep", "--yes", cwd=repo)
     assert first.returncode == 0 and f"merged 1 commit(s) from {sid} into main of" in first.stdout
+    git(repo, "commit", "-qm", "the sandbox's work")
     again = so("merge", sid, "--yes", cwd=repo)
     assert again.returncode == 0
     assert f"nothing to merge: the changes of {sid} are already in main of {repo}" in again.stdout
