@@ -181,3 +181,16 @@ def test_list_from_a_removed_directory_still_answers(tmp_path: Path, isolated_ho
             check=False,
         )
         assert (out.returncode, out.stderr) == (0, ""), out.stderr
+
+
+def test_the_fast_path_imports_no_typing_no_config() -> None:
+    """`so list` answers from the registry alone: its imports stay stdlib-light."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import sono.cli.main, sono.commands.list"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines()}
+    assert not loaded & {"typing", "sono.config", "argparse", "dataclasses", "sono.state"}
