@@ -3,6 +3,8 @@ on this host's /proc with processes of our own."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sono.runner.supervise import Proc, main, targets
 
 ROOT = False
@@ -56,3 +58,42 @@ def test_a_parent_cycle_does_not_hang() -> None:
 def test_bad_arguments_are_refused() -> None:
     assert main(["run", "1000", "1000", "not-a-token", "/", "true"]) == 2
     assert main([]) == 2
+
+
+def test_a_zombie_leader_with_live_threads_is_a_live_process() -> None:
+    """A daemon whose main thread left with exit() (not exit_group) reads as state Z while
+    its other threads run on: it must be a target, not a zombie left to init."""
+    import subprocess
+    import sys
+    import time
+
+    from sono.runner.supervise import read_proc
+
+    code = (
+        "import ctypes, os, sys, threading, time\n"
+        "threading.Thread(target=lambda: time.sleep(60), daemon=False).start()\n"
+        "print(os.getpid(), flush=True)\n"
+        "ctypes.CDLL(None).syscall(60, 0)\n"  # SYS_exit: this thread only
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        pid = int(child.stdout.readline())
+        for _ in range(100):  # until the leader has left
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+            time.sleep(0.02)
+        entry = read_proc(pid)
+        assert entry is not None and entry[3] == 0  # not a zombie: it still runs
+    finally:
+        child.kill()
+        child.wait()
+    # Control: a whole dead group (the process ended, not yet reaped) is a zombie.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    for _ in range(100):
+        if Path(f"/proc/{dead.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.02)
+    entry = read_proc(dead.pid)
+    dead.wait()
+    assert entry is not None and entry[3] == 1

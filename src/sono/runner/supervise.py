@@ -49,7 +49,18 @@ def read_proc(pid: int) -> Proc | None:
     uids = next((ln.split()[1:] for ln in status.splitlines() if ln.startswith(b"Uid:")), [])
     # Every uid field: the owner of /proc/PID reads as root for a non-dumpable process.
     unprivileged = any(u != b"0" for u in uids)
-    return int(fields[1]), int(fields[19]), unprivileged, int(fields[0] in (b"Z", b"X"))
+    # A zombie leader (it left with exit, not exit_group) while its other threads run is a
+    # live process: killing its pid ends them all. Only a whole dead group is left to init.
+    zombie = fields[0] in (b"Z", b"X") and not other_threads(pid)
+    return int(fields[1]), int(fields[19]), unprivileged, int(zombie)
+
+
+def other_threads(pid: int) -> bool:
+    """Does ``pid``'s thread group have a thread besides its leader?"""
+    try:
+        return any(t != str(pid) for t in os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return False
 
 
 def table() -> dict[int, Proc]:
