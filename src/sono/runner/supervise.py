@@ -58,7 +58,7 @@ def read_proc(pid: int) -> Proc | None:
 def other_threads(pid: int) -> bool:
     """Does ``pid``'s thread group have a thread besides its leader?"""
     try:
-        return any(t != str(pid) for t in os.listdir(f"/proc/{pid}/task"))
+        return any(t.name != str(pid) for t in Path(f"/proc/{pid}/task").iterdir())
     except OSError:
         return False
 
