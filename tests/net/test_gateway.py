@@ -8,6 +8,7 @@ import socket
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,7 @@ USAGE_KEYS = {
     "duration_ms",
     "ttfb_ms",
     "refused",
+    "client_left",
 }
 
 
@@ -296,6 +298,54 @@ def test_sse_reaches_the_client_before_the_upstream_finishes(setup: Setup) -> No
     assert (line["input_tokens"], line["output_tokens"]) == (11, 42)
     assert line["model"] == "claude-held"
     assert line["ttfb_ms"] <= line["duration_ms"]
+
+
+def test_a_client_that_hangs_up_mid_answer_is_still_measured(setup: Setup) -> None:
+    """The agent reads the head and closes: the upstream served (and bills) the whole
+    answer, so the gateway reads it on to the end and logs its usage — a hang-up never
+    makes a model call free for --max-tokens."""
+    upstream = HeldStream()
+    route = Route(
+        "/anthropic", f"http://127.0.0.1:{upstream.port}", "x-api-key", SECRET, "anthropic"
+    )
+    with setup.gateway(route) as thread:
+        sock = unix_connect(setup.sock)
+        data = b'{"model": "claude-held", "stream": true}'
+        sock.sendall(
+            b"POST /anthropic/v1/messages HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(data), data)
+        )
+        read_until(sock, b'"message_start"')
+        sock.close()  # gone before the end of the answer
+        upstream.release.set()
+        upstream.thread.join(TIMEOUT_S)
+        for _ in range(100):
+            if json_lines(setup.usage):
+                break
+            time.sleep(0.05)
+        thread.gateway.flush()
+    [line] = json_lines(setup.usage)
+    assert (line["input_tokens"], line["output_tokens"]) == (11, 42)
+    assert line["client_left"] is True
+
+
+def test_usage_lines_are_bounded_and_a_longer_one_marks_the_read_incomplete(
+    setup: Setup,
+) -> None:
+    """An upstream that echoes a 5,000-character model name must not make its line longer
+    than so reads (it would be skipped: tokens lost); a line that is anyway marks the
+    iteration's usage incomplete."""
+    from sono.net.gateway import _Exchange
+    from sono.net.session import MAX_LOG_LINE, NetSession, Offsets
+
+    record = _Exchange(request_model="m" * 5000).record()
+    assert len(str(record["model"])) <= 200
+    session = NetSession(setup.dir, NetworkPolicy(mode="none"), ())
+    session.usage_log = setup.usage
+    setup.usage.parent.mkdir(parents=True, exist_ok=True)
+    long = json.dumps({"model": "x" * MAX_LOG_LINE, "input_tokens": 5, "output_tokens": 5})
+    setup.usage.write_text(long + "\n")
+    assert session.since(Offsets(0, 0)).incomplete
 
 
 # --- request bodies ---------------------------------------------------------------------------

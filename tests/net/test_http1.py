@@ -191,7 +191,7 @@ def test_copy_chunked_frames_anew_through_a_filter() -> None:
         reader.feed_data(chunked(b"ab", b"cd", trailer=b"X-T: 1\r\n"))
         reader.feed_eof()
         sink = Sink()
-        await copy_chunked(reader, sink, 5.0, Upper())  # type: ignore[arg-type]  # a fake writer
+        await copy_chunked(reader, sink, 5.0, Upper())  # a fake writer: a Sink
         return sink.data
 
     assert asyncio.run(run()) == b"2\r\nAB\r\n2\r\nCD\r\n1\r\n!\r\n0\r\n\r\n"

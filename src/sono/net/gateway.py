@@ -56,6 +56,7 @@ from sono.net.http1 import (
     HOP_BY_HOP,
     MAX_HEAD,
     BodyError,
+    ClientSink,
     Head,
     HttpError,
     body_framing,
@@ -193,13 +194,14 @@ class _Exchange:
     request_model: str | None = None
     parser: UsageParser | None = None
     refused: str | None = None
+    client_left: bool = False  # the client hung up before the body's end
 
     def record(self) -> dict[str, object]:
         tokens = self.parser.result() if self.parser is not None else None
         return {
             "time": self.time,
             "route": self.route,
-            "model": (tokens.model if tokens else None) or self.request_model,
+            "model": ((tokens.model if tokens else None) or self.request_model or "")[:200] or None,
             "status": self.status,
             "input_tokens": tokens.input_tokens if tokens else None,
             "output_tokens": tokens.output_tokens if tokens else None,
@@ -208,6 +210,7 @@ class _Exchange:
             "duration_ms": round((time.monotonic() - self.started) * 1000),
             "ttfb_ms": self.ttfb_ms,
             "refused": self.refused,
+            "client_left": self.client_left,
         }
 
 
@@ -395,15 +398,19 @@ class Gateway(UnixServer):
         exchange.status = status
         drop = HOP_BY_HOP | head.tokens("connection")
         headers = [(k, v) for k, v in head.headers if k.lower() not in drop]
-        writer.write(
+        client = ClientSink(writer)  # a client that hangs up does not stop the measuring
+        client.write(
             render_head(f"HTTP/1.1 {status} {head.start[2]}", [*headers, ("Connection", "close")])
         )
-        await writer.drain()
+        await client.drain()
         if method == "HEAD" or status in (204, 304):
             return
         parser = UsageParser(head.get("content-type") or "", head.get("content-encoding") or "")
         exchange.parser = parser
-        await self._relay_body(head, up_reader, writer, parser)
+        try:
+            await self._relay_body(head, up_reader, client, parser)
+        finally:
+            exchange.client_left = client.gone
 
     async def _response_head(self, up_reader: asyncio.StreamReader) -> Head:
         """The final response head (interim 1xx heads are skipped)."""
@@ -422,7 +429,7 @@ class Gateway(UnixServer):
         self,
         head: Head,
         up_reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        writer: ClientSink,
         parser: UsageParser,
     ) -> None:
         """Copy the body as it arrives until its end (by chunked framing, framed anew;

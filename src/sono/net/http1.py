@@ -304,9 +304,41 @@ def frame_chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data) if data else b""
 
 
+class Sink(Protocol):
+    """Where a body is copied to: an ``asyncio.StreamWriter`` or a :class:`ClientSink`."""
+
+    def write(self, data: bytes) -> None: ...
+
+    async def drain(self) -> None: ...
+
+
+class ClientSink:
+    """The client's side of a relayed response, which may hang up mid-body: from then on
+    what is written goes nowhere and the relay reads the upstream on to the end — what
+    the upstream served is measured whether or not the client stayed."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.gone = False
+
+    def write(self, data: bytes) -> None:
+        if not self.gone and self.writer.transport.is_closing():
+            self.gone = True
+        if not self.gone:
+            self.writer.write(data)
+
+    async def drain(self) -> None:
+        if self.gone:
+            return
+        try:
+            await self.writer.drain()
+        except (OSError, RuntimeError):  # reset, broken pipe, a closed transport
+            self.gone = True
+
+
 async def copy_chunked(
     reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
+    writer: Sink,
     idle: float,
     through: Filter | None = None,
     *,
@@ -326,7 +358,7 @@ async def copy_chunked(
 
 async def copy_exact(
     reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
+    writer: Sink,
     size: int,
     idle: float,
     through: Filter | None = None,
@@ -346,7 +378,7 @@ async def copy_exact(
 
 async def copy_to_eof(
     reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
+    writer: Sink,
     idle: float,
     through: Filter | None = None,
 ) -> None:

@@ -215,6 +215,8 @@ class NetSession:
                 log.requests += 1
                 log.tokens_in += _int(item.get("input_tokens"))
                 log.tokens_out += _int(item.get("output_tokens"))
+                if item.get("client_left") and item.get("output_tokens") is None:
+                    cut()  # served, but the answer ended unmeasured: the usage is a floor
                 if item.get("refused"):
                     log.refused += 1
                     if len(log.refused_reasons) < 3:
@@ -284,11 +286,15 @@ def _lines(
         fh.seek(offset)
         budget = MAX_LOG_READ
         while budget > 0:
-            line = fh.readline(min(MAX_LOG_LINE, budget))
+            want = min(MAX_LOG_LINE, budget)
+            line = fh.readline(want)
             if not line:
                 return
             budget -= len(line)
-            if not line.endswith(b"\n"):  # too long: skip to the end of it
+            if not line.endswith(b"\n") and len(line) < want:
+                return  # the last line, still being written
+            if not line.endswith(b"\n"):  # too long: skip to the end of it, say so
+                cut()  # (so writes bounded lines: a longer one may hide tokens)
                 while (more := fh.readline(MAX_LOG_LINE)) and not more.endswith(b"\n"):
                     budget -= len(more)
                 budget -= len(more)
