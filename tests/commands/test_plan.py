@@ -49,3 +49,19 @@ def test_no_terminal_starts_no_session(
     monkeypatch.setattr(plan, "interactive_session", never)
     assert plan.run(argparse.Namespace(no_agent=False)) == 0
     assert "next: edit specs" in capsys.readouterr().out
+
+
+def test_plan_in_a_repository_without_commits_writes_the_templates(tmp_path: Path) -> None:
+    """A newcomer's first step, `git init && so plan`: the templates are written and so
+    says what comes next (no sandbox can start before the first commit)."""
+    import subprocess
+
+    from helpers import so
+
+    repo = tmp_path / "fresh"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    out = so("plan", cwd=repo)
+    assert out.returncode == 0, out.stderr
+    assert (repo / "specs" / "prompt.md").is_file()
+    assert "the repository's first commit" in out.stdout

@@ -215,6 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         import logging  # lazy: start-up time matters for `so list`
 
         logging.basicConfig(level=logging.DEBUG, format="so: %(message)s")
+        for noisy in ("docker", "urllib3", "asyncio"):  # so's own commands, not a client's
+            logging.getLogger(noisy).setLevel(logging.WARNING)
     command = args.command or "menu"
     import importlib
 

@@ -23,7 +23,7 @@ from sono.app.runs import network, new_sandbox
 from sono.commands import _common as c
 from sono.errors import ConfigError, SoError
 from sono.sandbox import Sandbox, remove_sandbox
-from sono.workspace import inspect_host
+from sono.workspace import host_git, inspect_host
 
 
 def write_templates(root: Path) -> tuple[list[str], list[str]]:
@@ -107,12 +107,21 @@ def take_specs(sandbox: Sandbox, project: Path) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    root = inspect_host(Path.cwd()).root
+    from sono.commands.list import project_dir
+
+    top = project_dir(str(Path.cwd()))
+    if top is None:
+        inspect_host(Path.cwd())  # its error: not inside a git repository
+    root = Path(str(top))
     written, kept = write_templates(root)
     if written:
         print(f"so: wrote {', '.join(written)}")
     if kept:
         print(f"so: kept existing {', '.join(kept)}")
+    if not host_git(root, "rev-parse", "--verify", "-q", "HEAD", check=False).stdout.strip():
+        print("so: next: edit specs/*.md and commit them (the repository's first commit), "
+              "then `so plan` to plan with the agent, or `so run`")  # fmt: skip
+        return 0
     if args.no_agent or not c.interactive_tty():
         print("so: next: edit specs/*.md, commit them, then `so run`")
         return 0
