@@ -653,6 +653,35 @@ def test_oversized_bodies_are_refused(setup: Setup, monkeypatch: pytest.MonkeyPa
     assert [line["status"] for line in json_lines(setup.usage)] == [413, 413, 200]
 
 
+def test_an_upstream_that_closes_early_does_not_hide_the_body_limit(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The upstream answers right after the head and hangs up: writing the body to it
+    fails, yet the client's body is still read and judged — over the limit is a 413 (it
+    was, at random, no answer at all: the failure passed for the client leaving)."""
+    monkeypatch.setattr(gateway_module, "MAX_REQUEST_BODY", 4096)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def early() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            read_until(conn, b"\r\n\r\n")
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        listener.close()
+
+    threading.Thread(target=early, daemon=True).start()
+    port = listener.getsockname()[1]
+    route = Route("/a", f"http://127.0.0.1:{port}", "bearer", SECRET, "openai")
+    piece = b"x" * 1000
+    chunk = b"%x\r\n%s\r\n" % (len(piece), piece)
+    with setup.gateway(route), unix_connect(setup.sock) as sock:
+        sock.sendall(b"POST /a/responses HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk)
+        time.sleep(0.3)  # the upstream has answered and closed by now
+        sock.sendall(chunk * 5)
+        response = parse_response(read_all(sock))
+    assert response.status == 413
+
+
 def test_a_flood_of_refused_requests_is_counted_not_logged_line_by_line(setup: Setup) -> None:
     """The agent decides how many requests it sends: past MAX_QUIET_LINES the lines that
     carry no tokens are only counted (one line per read), so a flood cannot push the

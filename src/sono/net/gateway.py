@@ -480,17 +480,22 @@ async def _send_body(
         if len(sniff) < MODEL_SNIFF:
             sniff.extend(data[: MODEL_SNIFF - len(sniff)])
 
+    # An upstream that answers early and closes must not pass for a client that went away:
+    # the client's body is read on (its limit still holds) and the answer is a 502.
+    upstream = ClientSink(up_writer)
     try:
         if chunked:  # past the limit the upstream sees a cut-off body and no end
             await copy_chunked(
-                reader, up_writer, CLIENT_IDLE_S, _Tap(see), max_size=MAX_REQUEST_BODY
+                reader, upstream, CLIENT_IDLE_S, _Tap(see), max_size=MAX_REQUEST_BODY
             )
         elif length:
-            await copy_exact(reader, up_writer, length, CLIENT_IDLE_S, _Tap(see))
+            await copy_exact(reader, upstream, length, CLIENT_IDLE_S, _Tap(see))
         else:
-            await up_writer.drain()
+            await upstream.drain()
     except BodyError as exc:
         raise HttpError(400, f"bad request body: {exc}") from None
+    if upstream.gone:
+        raise HttpError(502, "the upstream closed the connection while the request was sent")
     match = _MODEL_RE.search(sniff)
     return match.group(1).decode("utf-8", "replace") if match else None
 

@@ -313,9 +313,10 @@ class Sink(Protocol):
 
 
 class ClientSink:
-    """The client's side of a relayed response, which may hang up mid-body: from then on
-    what is written goes nowhere and the relay reads the upstream on to the end — what
-    the upstream served is measured whether or not the client stayed."""
+    """A relay's write side, whose reader may hang up mid-body: from then on what is
+    written goes nowhere (``gone``) and the relay reads its source on to the end — what
+    the upstream served is measured whether or not the client stayed, and a request's
+    body limit holds whether or not the upstream did."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
