@@ -348,3 +348,16 @@ def test_strip_setid_clears_the_bits_below_roots_never_through_links(tmp_path: P
     assert st_.S_IMODE((root / "d" / "sgid").stat().st_mode) == 0o711
     assert st_.S_IMODE((root / "plain").stat().st_mode) == 0o755  # control
     assert st_.S_IMODE(outside.stat().st_mode) == 0o4755  # never followed
+
+
+def test_an_edit_in_the_commits_second_is_snapshotted_a_second_later(tmp_path: Path) -> None:
+    """Racy git: commit and a same-size edit within one second, the sandbox made in the
+    next: the copied index keeps its mtime, so git still re-reads the entry."""
+    while time.time() % 1 > 0.3:  # room for the commit and the edit in this second
+        time.sleep(0.01)
+    repo = project(tmp_path)
+    (repo / "src" / "app.py").write_text("print(2)\n")  # the size of print(1)
+    (repo / "notes.txt").write_text("new\n")
+    time.sleep(1.05 - time.time() % 1)  # the sandbox: a later second
+    ov, base = create(tmp_path, repo, allow_dirty=True)
+    assert sgit(ov, "show", f"{base}:src/app.py") == "print(2)"

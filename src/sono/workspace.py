@@ -186,7 +186,10 @@ def create_overlay_workspace(
     index = common / "index"
     shared = list(common.glob("sharedindex.*"))
     if index.is_file() and not shared:
-        shutil.copyfile(index, gitdir / "index")
+        # With its mtime: git re-reads an entry as new as its index ("racily clean"). A
+        # fresh mtime made a same-size edit in the second of the last commit look clean
+        # once the sandbox was made a second later: --allow-dirty snapshotted the old text.
+        shutil.copy2(index, gitdir / "index")
     else:
         git("read-tree", "HEAD")
 
