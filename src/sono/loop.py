@@ -15,7 +15,7 @@ from typing import IO, Any, Protocol
 from sono import specs
 from sono.errors import SoError
 from sono.events import Event, Raw, Usage, dumps
-from sono.harnesses.base import AgentOptions, EventParser, Harness
+from sono.harnesses.base import Access, AgentOptions, EventParser, Harness
 from sono.net.session import NetSession, Offsets
 from sono.net.usage import Measured
 from sono.sandbox import Sandbox
@@ -214,6 +214,7 @@ class Loop:
         step_hook: StepHook | None = None,
         host_home: Path | None = None,
         net: NetSession | None = None,
+        access: Access | None = None,
     ) -> None:
         self.sb = sandbox
         self.harness = harness
@@ -231,6 +232,7 @@ class Loop:
         self._ended: tuple[str, list[str], list[str], int] | None = None  # after_if_clean
         self._unmeasured: str | None = None  # a budget cannot be held: why
         self.net = net
+        self.access = access or Access()  # what the harness read of its config (diagnosis)
 
     def planned_iterations(self) -> int:
         if not self.opts.cap_by_plan or self.opts.prompt is not None:
@@ -518,7 +520,9 @@ class Loop:
         out_dir.mkdir(parents=True, exist_ok=True)
         suffix = "" if name == "agent" else f".{name}"
         (out_dir / f"prompt{suffix}.md").write_text(prompt)
-        self.harness.provision(home_seed=self.sb.home_seed, host_home=self.host_home)
+        self.harness.provision(
+            home_seed=self.sb.home_seed, host_home=self.host_home, opts=self.agent
+        )
         prompt_file = self.sb.home_seed / ".so" / "prompt.md"
         prompt_file.parent.mkdir(exist_ok=True)
         prompt_file.write_text(prompt)

@@ -57,7 +57,7 @@ def test_provision_copies_credentials_not_history(tmp_path: Path) -> None:
     (host / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True}))
     seed = tmp_path / "seed"
     seed.mkdir()
-    copied = ClaudeHarness().provision(home_seed=seed, host_home=host)
+    copied = ClaudeHarness().provision(home_seed=seed, host_home=host, opts=AgentOptions())
     assert copied == ["~/.claude", "~/.claude.json"]
     assert (seed / ".claude" / ".credentials.json").read_text() == '{"token": "t"}'
     assert (seed / ".claude" / "settings.json").exists()
@@ -69,7 +69,12 @@ def test_provision_copies_credentials_not_history(tmp_path: Path) -> None:
 
 def test_provision_without_credentials(tmp_path: Path) -> None:
     (tmp_path / "seed").mkdir()
-    assert ClaudeHarness().provision(home_seed=tmp_path / "seed", host_home=tmp_path) == []
+    assert (
+        ClaudeHarness().provision(
+            home_seed=tmp_path / "seed", host_home=tmp_path, opts=AgentOptions()
+        )
+        == []
+    )
 
 
 def test_registry() -> None:

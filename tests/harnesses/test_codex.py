@@ -157,7 +157,9 @@ def test_provision_copies_auth_and_config_only(tmp_path: Path) -> None:
     (codex / "history.jsonl").write_text("prompt history")
     seed = tmp_path / "seed"
     seed.mkdir()
-    copied = CodexHarness().provision(home_seed=seed, host_home=tmp_path / "host")
+    copied = CodexHarness().provision(
+        home_seed=seed, host_home=tmp_path / "host", opts=AgentOptions()
+    )
     assert copied == ["~/.codex/auth.json", "~/.codex/config.toml"]
     assert sorted(p.name for p in (seed / ".codex").iterdir()) == ["auth.json", "config.toml"]
     assert (seed / ".codex" / "auth.json").read_text() == '{"OPENAI_API_KEY": "k"}'
@@ -165,7 +167,12 @@ def test_provision_copies_auth_and_config_only(tmp_path: Path) -> None:
 
 def test_provision_without_codex_dir(tmp_path: Path) -> None:
     (tmp_path / "seed").mkdir()
-    assert CodexHarness().provision(home_seed=tmp_path / "seed", host_home=tmp_path) == []
+    assert (
+        CodexHarness().provision(
+            home_seed=tmp_path / "seed", host_home=tmp_path, opts=AgentOptions()
+        )
+        == []
+    )
     assert not (tmp_path / "seed" / ".codex").exists()
 
 

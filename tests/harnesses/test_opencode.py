@@ -221,7 +221,7 @@ def test_provision_copies_config_and_auth_not_state(tmp_path: Path) -> None:
     (data / "opencode.db").write_text("sessions")
     seed = tmp_path / "seed"
     seed.mkdir()
-    copied = OpencodeHarness().provision(home_seed=seed, host_home=host)
+    copied = OpencodeHarness().provision(home_seed=seed, host_home=host, opts=AgentOptions())
     assert copied == ["~/.config/opencode", "~/.local/share/opencode/auth.json"]
     assert (seed / ".config" / "opencode" / "opencode.json").exists()
     assert (seed / ".config" / "opencode" / "agent" / "review.md").read_text() == "# review"
@@ -233,7 +233,12 @@ def test_provision_copies_config_and_auth_not_state(tmp_path: Path) -> None:
 
 def test_provision_without_anything(tmp_path: Path) -> None:
     (tmp_path / "seed").mkdir()
-    assert OpencodeHarness().provision(home_seed=tmp_path / "seed", host_home=tmp_path) == []
+    assert (
+        OpencodeHarness().provision(
+            home_seed=tmp_path / "seed", host_home=tmp_path, opts=AgentOptions()
+        )
+        == []
+    )
 
 
 # --- parser: a real recorded run --------------------------------------------------------

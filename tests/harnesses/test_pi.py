@@ -168,7 +168,9 @@ def test_provision_copies_settings_and_credentials_not_sessions(tmp_path: Path) 
     (agent / "pi-debug.log").write_text("noise")
     seed = tmp_path / "seed"
     seed.mkdir()
-    assert PiHarness().provision(home_seed=seed, host_home=tmp_path / "host") == ["~/.pi/agent"]
+    assert PiHarness().provision(
+        home_seed=seed, host_home=tmp_path / "host", opts=AgentOptions()
+    ) == ["~/.pi/agent"]
     copied = seed / ".pi" / "agent"
     assert (copied / "auth.json").read_text() == '{"anthropic": {"type": "api_key"}}'
     assert (copied / "settings.json").exists() and (copied / "extensions" / "mine.ts").exists()
@@ -177,7 +179,12 @@ def test_provision_copies_settings_and_credentials_not_sessions(tmp_path: Path) 
 
 
 def test_provision_always_writes_the_routing_extension(tmp_path: Path) -> None:
-    assert PiHarness().provision(home_seed=tmp_path, host_home=tmp_path / "nobody") == []
+    assert (
+        PiHarness().provision(
+            home_seed=tmp_path, host_home=tmp_path / "nobody", opts=AgentOptions()
+        )
+        == []
+    )
     source = (tmp_path / EXTENSION_PATH).read_text()
     assert source == EXTENSION_SOURCE
     # The extension reads exactly the variables env() sets.

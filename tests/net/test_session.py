@@ -19,7 +19,8 @@ from sono.layout import (
     proxy_env,
 )
 from sono.net.policy import NetworkPolicy
-from sono.net.session import PLACEHOLDER, NetSession, gateway_for
+from sono.net.session import NetSession, gateway_for
+from sono.net.upstream import PLACEHOLDER
 
 
 def test_keys_become_placeholders_and_base_urls_point_at_the_gateway() -> None:
@@ -49,11 +50,29 @@ def test_keys_become_placeholders_and_base_urls_point_at_the_gateway() -> None:
     assert "sk-ant-real" not in repr(gw.routes)
 
 
-def test_a_host_without_keys_passes_the_agents_own_auth_through() -> None:
+def test_a_host_without_keys_sends_no_credential_upstream() -> None:
+    # The sandbox holds placeholders only: there is nothing of its own to pass through.
     gw = gateway_for({"ANTHROPIC_AUTH_TOKEN": ""})
     routes = {r.prefix: r for r in gw.routes}
-    assert routes["/anthropic"].auth == "passthrough"
+    assert routes["/anthropic"].auth == "none"
     assert "ANTHROPIC_API_KEY" not in gw.env
+
+
+def test_every_credential_is_replaced_in_the_env_the_sandbox_may_see() -> None:
+    host = {
+        "ANTHROPIC_API_KEY": "sk-ant-real-key-1",
+        "GROQ_API_KEY": "gsk-real-2",
+        "MY_SERVICE_TOKEN_SECRET": "s3cr3t-value",
+        "ANTHROPIC_CUSTOM_HEADERS": "X-Key: sk-ant-real-key-1",
+        "EMPTY_API_KEY": "",
+        "HOME": "/home/u",
+    }
+    gw = gateway_for(host)
+    assert gw.env["ANTHROPIC_API_KEY"] == gw.env["GROQ_API_KEY"] == PLACEHOLDER
+    assert gw.env["MY_SERVICE_TOKEN_SECRET"] == PLACEHOLDER
+    assert gw.env["ANTHROPIC_CUSTOM_HEADERS"] == f"X-Key: {PLACEHOLDER}"
+    assert gw.env["EMPTY_API_KEY"] == "" and gw.env["HOME"] == "/home/u"
+    assert not any(v in text for v in host.values() if len(v) > 8 for text in gw.env.values())
 
 
 def test_auth_token_is_sent_as_bearer() -> None:

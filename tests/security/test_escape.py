@@ -38,7 +38,8 @@ from sono.backends.docker import DockerBackend
 from sono.config import DEFAULT_EXCLUDE
 from sono.net.gateway import Route
 from sono.net.policy import NetworkPolicy, normalize_host
-from sono.net.session import PLACEHOLDER, NetSession, gateway_for
+from sono.net.session import NetSession, gateway_for
+from sono.net.upstream import PLACEHOLDER
 from sono.proc import Streamed
 from sono.sandbox import Sandbox, create_sandbox, remove_sandbox
 from sono.state import Store

@@ -17,6 +17,7 @@ from sono.app.policy import ChosenBackend, backend_for, policy_for
 from sono.app.sandboxes import require_idle
 from sono.config import Config
 from sono.errors import SoError
+from sono.harnesses.base import Access
 from sono.loop import (
     EXIT_INTERRUPTED,
     Loop,
@@ -203,50 +204,73 @@ def run_loop(
         total_time_s=cfg.total_time,
         stop_on_kill=cfg.on_kill == "stop",
     )
-    with network(sandbox, agent, ctx.env) as (net, netted, host_env, net_env):
+    with network(sandbox, agent, ctx.env, ctx.home) as netted:
+        for line in netted.access.notes:
+            reporter.note(line)
         # The network's own variables (secret placeholders, CA trust) after the harness's
         # choice: a harness keeps only the host variables it knows.
         env = {
-            **netted.harness.env(host_env, netted.options),
-            **net_env,
+            **netted.agent.harness.env(netted.host_env, netted.agent.options),
+            **netted.env,
             **request.env,
         }
         loop = Loop(
             sandbox,
-            harness=netted.harness,
-            agent=netted.options,
+            harness=netted.agent.harness,
+            agent=netted.agent.options,
             opts=opts,
             reporter=reporter,
             env=env,
             step_hook=request.step_hook,
-            net=net,
+            net=netted.session,
+            host_home=ctx.home,
+            access=netted.access,
         )
         return loop.run()
 
 
+@dataclass(frozen=True)
+class Netted:
+    """A run's network: the session (None for sandboxes made before the network policy),
+    the agent pointed at the gateway, the host env as the harness may see it (credentials
+    replaced by placeholders), the variables every agent process gets on top of its
+    harness's (secrets' placeholders, CA trust) and what the harness read of its config."""
+
+    session: NetSession | None
+    agent: Agent
+    host_env: Mapping[str, str]
+    env: Mapping[str, str]
+    access: Access = field(default_factory=Access)
+
+
 @contextlib.contextmanager
 def network(
-    sandbox: Sandbox, agent: Agent, host_env: Mapping[str, str]
-) -> Iterator[tuple[NetSession | None, Agent, Mapping[str, str], Mapping[str, str]]]:
-    """Serve the sandbox's proxy and model gateway while the block runs; yield the agent
-    pointed at the gateway, the host env it may see (keys replaced by placeholders) and
-    the variables every agent process must get on top of its harness's (secrets'
-    placeholders, CA trust). Sandboxes made before the network policy keep the host's
-    network."""
+    sandbox: Sandbox, agent: Agent, host_env: Mapping[str, str], home: Path
+) -> Iterator[Netted]:
+    """Serve the sandbox's proxy and model gateway while the block runs. The gateway's
+    upstreams are what the harness's own configuration names (read on the host from
+    ``host_env`` and ``home``); a setup ``so`` cannot route is refused before anything
+    starts. Sandboxes made before the network policy keep the host's network."""
     if sandbox.spec.net is None:
-        yield None, agent, host_env, {}
+        yield Netted(None, agent, host_env, {})
         return
     from sono.net.session import session_for
 
+    access = agent.harness.access(host_env, home)
+    if access.refusal:
+        raise SoError(access.refusal)
     policy = sandbox.policy
-    session, gatewayed = session_for(sandbox.net_dir, policy.network, policy.secrets, host_env)
+    session, gatewayed = session_for(
+        sandbox.net_dir, policy.network, policy.secrets, host_env, access.upstreams
+    )
     options = dataclasses.replace(agent.options, endpoints=gatewayed.endpoints)
     with session:
-        yield (
+        yield Netted(
             session,
             dataclasses.replace(agent, options=options),
             gatewayed.env,
             gatewayed.sandbox_env,
+            access,
         )
 
 

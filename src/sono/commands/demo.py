@@ -172,10 +172,10 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         model_env = {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-so-demo-key"}
-        with network(sandbox, agent, model_env) as (net, netted, host_env, net_env):
+        with network(sandbox, agent, model_env, fake_home) as netted:
             env = {
-                **net_env,
-                **{k: v for k, v in host_env.items() if k.startswith("ANTHROPIC_")},
+                **netted.env,
+                **{k: v for k, v in netted.host_env.items() if k.startswith("ANTHROPIC_")},
                 # claude's background requests by this name too, never a priced one
                 "ANTHROPIC_SMALL_FAST_MODEL": OFFLINE_MODEL,
                 "ANTHROPIC_DEFAULT_HAIKU_MODEL": OFFLINE_MODEL,
@@ -185,13 +185,14 @@ def run(args: argparse.Namespace) -> int:
             opts = LoopOptions(iterations=cfg.iterations, timeout_s=300, no_progress_limit=2)
             loop = Loop(
                 sandbox,
-                harness=unpriced(netted.harness),
-                agent=netted.options,
+                harness=unpriced(netted.agent.harness),
+                agent=netted.agent.options,
                 opts=opts,
                 reporter=PlainReporter(),
                 env=env,
                 host_home=fake_home,
-                net=net,
+                net=netted.session,
+                access=netted.access,
             )
             result = loop.run()
     return report(sandbox, result, repo, label)

@@ -74,20 +74,23 @@ def interactive_session(
 def attach(ctx: Context, sandbox: Sandbox, agent: Agent, prompt: str) -> int:
     """The harness's interactive command inside, on the user's terminal, pointed at the
     gateway; its environment is built from scratch (placeholders, never host keys)."""
-    agent.harness.provision(home_seed=sandbox.home_seed, host_home=ctx.home)
     prompt_file = sandbox.home_seed / ".so" / "prompt.md"
     prompt_file.parent.mkdir(exist_ok=True)
     prompt_file.write_text(prompt)
-    with network(sandbox, agent, ctx.env) as (_net, netted, host_env, net_env):
+    with network(sandbox, agent, ctx.env, ctx.home) as netted:
+        for line in netted.access.notes:
+            note(line)
+        harness, options = netted.agent.harness, netted.agent.options
+        harness.provision(home_seed=sandbox.home_seed, host_home=ctx.home, opts=options)
         env = {
-            **netted.harness.env(host_env, netted.options),
-            **net_env,  # secrets' placeholders and CA trust, for every harness
+            **harness.env(netted.host_env, options),
+            **netted.env,  # secrets' placeholders and CA trust, for every harness
             # Harnesses that cannot take the prompt as an argument (custom) find it here.
             "SO_PROMPT": prompt,
             "SO_PROMPT_FILE": f"{sandbox.spec.home}/.so/prompt.md",
         }
         spec = dataclasses.replace(sandbox.spec, env={**sandbox.spec.env, **env})
-        argv = netted.harness.interactive_argv(netted.options, prompt)
+        argv = harness.interactive_argv(options, prompt)
         return sandbox.backend.shell(spec=spec, argv=argv)
 
 

@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
-from sono.harnesses.base import AgentOptions, EventParser, NpmPackage
+from sono.harnesses.base import Access, AgentOptions, EventParser, NpmPackage
 from sono.harnesses.claude_stream import ClaudeStreamParser
+from sono.net.upstream import env_upstreams
 
 ENV_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_")
 # Host state that is not a credential or setting: history, transcripts, caches.
@@ -72,7 +73,10 @@ class ClaudeHarness:
         env.setdefault("IS_SANDBOX", "1")
         return env
 
-    def provision(self, *, home_seed: Path, host_home: Path) -> list[str]:
+    def access(self, host_env: Mapping[str, str], host_home: Path) -> Access:
+        return Access(env_upstreams(host_env))
+
+    def provision(self, *, home_seed: Path, host_home: Path, opts: AgentOptions) -> list[str]:
         copied: list[str] = []
         src = host_home / ".claude"
         if src.is_dir():

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import ClassVar
 from urllib.parse import urlsplit
 
-from sono.harnesses.base import AgentOptions, EventParser, NpmPackage
+from sono.harnesses.base import Access, AgentOptions, EventParser, NpmPackage
 from sono.harnesses.codex_json import CodexJsonParser
+from sono.net.upstream import env_upstreams
 
 ENV_VARS = ("OPENAI_API_KEY", "CODEX_API_KEY", "OPENAI_BASE_URL")
 # Credentials and settings only: sessions/, log/, history and caches stay on the host.
@@ -101,7 +102,10 @@ class CodexHarness:
             env[KEY_VAR] = env.get("CODEX_API_KEY", PLACEHOLDER_KEY)
         return env
 
-    def provision(self, *, home_seed: Path, host_home: Path) -> list[str]:
+    def access(self, host_env: Mapping[str, str], host_home: Path) -> Access:
+        return Access(env_upstreams(host_env))
+
+    def provision(self, *, home_seed: Path, host_home: Path, opts: AgentOptions) -> list[str]:
         copied: list[str] = []
         for name in COPIED_FILES:
             src = host_home / ".codex" / name

@@ -10,8 +10,9 @@ from typing import ClassVar
 
 from sono.errors import SoError
 from sono.events import Event, Text
-from sono.harnesses.base import AgentOptions, EventParser, NpmPackage
+from sono.harnesses.base import Access, AgentOptions, EventParser, NpmPackage
 from sono.harnesses.claude_stream import ClaudeStreamParser
+from sono.net.upstream import env_upstreams
 
 
 class CustomParser:
@@ -103,7 +104,10 @@ class CustomHarness:
             env["SO_EFFORT"] = opts.effort
         return env
 
-    def provision(self, *, home_seed: Path, host_home: Path) -> list[str]:
+    def access(self, host_env: Mapping[str, str], host_home: Path) -> Access:
+        return Access(env_upstreams(host_env))
+
+    def provision(self, *, home_seed: Path, host_home: Path, opts: AgentOptions) -> list[str]:
         return []
 
     def parser(self) -> EventParser:

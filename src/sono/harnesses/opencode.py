@@ -46,12 +46,13 @@ from sono.events import (
     Usage,
     summarize,
 )
-from sono.harnesses.base import AgentOptions, EventParser, NpmPackage
+from sono.harnesses.base import Access, AgentOptions, EventParser, NpmPackage
 from sono.harnesses.jsonread import as_dict as _dict
 from sono.harnesses.jsonread import as_int as _int
 from sono.harnesses.jsonread import as_num as _num
 from sono.harnesses.jsonread import as_str as _str
 from sono.harnesses.jsonread import parse_line
+from sono.net.upstream import env_upstreams
 
 PROVIDER_KEYS = frozenset(
     {
@@ -165,7 +166,10 @@ class OpencodeHarness:
         env["OPENCODE_CONFIG_CONTENT"] = json.dumps(config, separators=(",", ":"))
         return env
 
-    def provision(self, *, home_seed: Path, host_home: Path) -> list[str]:
+    def access(self, host_env: Mapping[str, str], host_home: Path) -> Access:
+        return Access(env_upstreams(host_env))
+
+    def provision(self, *, home_seed: Path, host_home: Path, opts: AgentOptions) -> list[str]:
         copied: list[str] = []
         config = host_home / ".config" / "opencode"
         if config.is_dir():

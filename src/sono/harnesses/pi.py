@@ -46,13 +46,14 @@ from sono.events import (
     Usage,
     summarize,
 )
-from sono.harnesses.base import AgentOptions, EventParser, NpmPackage
+from sono.harnesses.base import Access, AgentOptions, EventParser, NpmPackage
 from sono.harnesses.jsonread import as_dict as _dict
 from sono.harnesses.jsonread import as_int as _int
 from sono.harnesses.jsonread import as_num as _num
 from sono.harnesses.jsonread import as_str as _str
 from sono.harnesses.jsonread import blocks as _blocks
 from sono.harnesses.jsonread import parse_line
+from sono.net.upstream import env_upstreams
 
 PI_VERSION = "1.6.0"
 NODE_VERSION = "22.23.5"  # pi 1.6.0 declares engines.node >= 22.19.0
@@ -164,7 +165,10 @@ class PiHarness:
         env.setdefault("PI_TELEMETRY", "0")
         return env
 
-    def provision(self, *, home_seed: Path, host_home: Path) -> list[str]:
+    def access(self, host_env: Mapping[str, str], host_home: Path) -> Access:
+        return Access(env_upstreams(host_env))
+
+    def provision(self, *, home_seed: Path, host_home: Path, opts: AgentOptions) -> list[str]:
         copied: list[str] = []
         src = host_home / ".pi" / "agent"
         if src.is_dir():

@@ -71,13 +71,15 @@ from sono.net.http1 import (
     upstream_ssl_context,
 )
 from sono.net.server import ServerThread, UnixServer, append_json_line, close_writer, now_iso
+from sono.net.upstream import ApiKind, CredentialError, TokenSource
 from sono.net.usage import UsageParser
 from sono.textsafe import one_line
 
-# "passthrough": the host holds no key for this route (e.g. an OAuth login whose token
-# the agent's own credential file carries); the client's auth headers are forwarded.
-AuthStyle = Literal["x-api-key", "bearer", "passthrough"]
-AUTH_STYLES: tuple[AuthStyle, ...] = ("x-api-key", "bearer", "passthrough")
+# "none": the upstream takes no credential (a local server): the client's are dropped.
+# "passthrough": the client's own auth headers are forwarded (a route the host holds no
+# key for and the sandbox holds its own: only for callers that want exactly that).
+AuthStyle = Literal["x-api-key", "bearer", "api-key", "none", "passthrough"]
+AUTH_STYLES: tuple[AuthStyle, ...] = ("x-api-key", "bearer", "api-key", "none", "passthrough")
 CREDENTIAL_HEADERS = frozenset({"x-api-key", "authorization", "proxy-authorization", "api-key"})
 PASSTHROUGH_AUTH = frozenset({"x-api-key", "authorization"})
 CONNECT_TIMEOUT_S = 30.0
@@ -92,7 +94,6 @@ REASON_LIMIT = 200
 # What the agents' model clients call (claude, pi: Anthropic Messages; codex: Responses
 # and its remote compaction; opencode, pi: Chat Completions or Responses), as
 # (method, path under the route's upstream base); ``*`` stands for one id segment.
-ApiKind = Literal["anthropic", "openai"]
 API_ENDPOINTS: dict[ApiKind, frozenset[tuple[str, str]]] = {
     "anthropic": frozenset(
         {
@@ -115,6 +116,7 @@ API_ENDPOINTS: dict[ApiKind, frozenset[tuple[str, str]]] = {
 
 _MODEL_RE = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
 _SEGMENT_RE = re.compile(r"[A-Za-z0-9_-]+(?:[.:@][A-Za-z0-9_-]+)*")  # no dot segments
+_TOKEN_RE = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}")  # an HTTP header name
 _QUERY_RE = re.compile(r"[A-Za-z0-9._~%&=+,:@/!$'()*-]*")
 
 
@@ -123,13 +125,16 @@ class Route:
     """``/anthropic/v1/messages`` with prefix ``/anthropic`` and upstream
     ``https://api.anthropic.com`` goes to ``https://api.anthropic.com/v1/messages``; an
     upstream path is kept as a base (``https://api.openai.com/v1`` + ``/responses``).
-    ``api`` names the endpoints the route forwards (:data:`API_ENDPOINTS`)."""
+    ``api`` names the endpoints the route forwards (:data:`API_ENDPOINTS`). ``key`` is
+    the credential, or a :class:`TokenSource` asked per request (off the event loop);
+    ``headers`` are added to every upstream request (their values may be secret)."""
 
     prefix: str
     upstream: str
     auth: AuthStyle
-    key: str = field(repr=False)
+    key: str | TokenSource = field(repr=False)
     api: ApiKind
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         if not self.prefix.startswith("/") or self.prefix.endswith("/") or "?" in self.prefix:
@@ -141,11 +146,14 @@ class Route:
             raise ValueError(f"route auth must be one of {', '.join(AUTH_STYLES)}")
         if self.api not in API_ENDPOINTS:
             raise ValueError(f"route api must be one of {', '.join(API_ENDPOINTS)}")
-        if self.auth == "passthrough":
+        if self.auth in ("passthrough", "none"):
             if self.key:
-                raise ValueError(f"route {self.prefix}: a passthrough route holds no key")
-        elif not self.key or any(c in self.key for c in "\r\n\0"):
+                raise ValueError(f"route {self.prefix}: a {self.auth} route holds no key")
+        elif isinstance(self.key, str) and not _header_value(self.key):
             raise ValueError(f"route {self.prefix}: the API key is empty or malformed")
+        for name, value in self.headers:
+            if not _TOKEN_RE.fullmatch(name) or not _header_value(value):
+                raise ValueError(f"route {self.prefix}: malformed extra header {name!r}")
 
     def matches(self, path: str) -> bool:
         return path == self.prefix or path.startswith(self.prefix + "/")
@@ -174,12 +182,31 @@ class Route:
             raise ValueError(f"refusing to forward {path!r}")  # refusal() was skipped
         return base + rest + (f"?{query}" if query else "")
 
+    @property
+    def dynamic(self) -> bool:
+        """The credential is fetched per request (may block: run off the event loop)."""
+        return not isinstance(self.key, str)
+
     def auth_headers(self, incoming: Head) -> list[tuple[str, str]]:
+        """The credential headers of the upstream request, then the route's extra ones.
+        Raises :class:`CredentialError` when a dynamic credential cannot be had."""
         if self.auth == "passthrough":
-            return [(k, v) for k, v in incoming.headers if k.lower() in PASSTHROUGH_AUTH]
-        if self.auth == "bearer":
-            return [("Authorization", f"Bearer {self.key}")]
-        return [("x-api-key", self.key)]
+            own = [(k, v) for k, v in incoming.headers if k.lower() in PASSTHROUGH_AUTH]
+            return [*own, *self.headers]
+        if self.auth == "none":
+            return list(self.headers)
+        key = self.key if isinstance(self.key, str) else self.key.token()
+        if not _header_value(key):
+            raise CredentialError(f"the credential for {self.prefix} is empty or malformed")
+        header = {
+            "bearer": ("Authorization", f"Bearer {key}"),
+            "api-key": ("api-key", key),
+        }.get(self.auth, ("x-api-key", key))
+        return [header, *self.headers]
+
+
+def _header_value(value: str) -> bool:
+    return bool(value) and not any(c in value for c in "\r\n\0")
 
 
 @dataclass
@@ -217,6 +244,7 @@ class _Exchange:
 def _json_error(status: int, message: str) -> bytes:
     kind = {
         400: "invalid_request_error",
+        401: "authentication_error",
         403: "permission_error",
         404: "not_found_error",
         413: "request_too_large",
@@ -343,6 +371,13 @@ class Gateway(UnixServer):
             raise HttpError(413, f"request body over {MAX_REQUEST_BODY} bytes")
         if "100-continue" in head.tokens("expect"):
             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        try:
+            if route.dynamic:
+                auth = await asyncio.to_thread(route.auth_headers, head)
+            else:
+                auth = route.auth_headers(head)
+        except CredentialError as exc:
+            raise HttpError(401, str(exc)) from None
         up_reader, up_writer = await self._connect(route)
         try:
             framing = [("Transfer-Encoding", "chunked")] if chunked else []
@@ -353,8 +388,8 @@ class Gateway(UnixServer):
                     f"{method} {route.target(path, query)} HTTP/1.1",
                     [
                         ("Host", urlsplit(route.upstream).netloc),
-                        *_forwardable(head),
-                        *route.auth_headers(head),
+                        *_forwardable(head, route),
+                        *auth,
                         ("Accept-Encoding", "identity"),
                         *framing,
                         ("Connection", "close"),
@@ -459,8 +494,11 @@ class _Tap:
         return b""
 
 
-def _forwardable(head: Head) -> Iterable[tuple[str, str]]:
+def _forwardable(head: Head, route: Route) -> Iterable[tuple[str, str]]:
+    """The client's headers that go upstream: no credential, hop-by-hop or framing
+    header, and none the route sets itself (its extra headers win)."""
     drop = HOP_BY_HOP | CREDENTIAL_HEADERS | head.tokens("connection")
+    drop |= {name.lower() for name, _ in route.headers}
     drop |= {"host", "content-length", "transfer-encoding", "expect", "accept-encoding"}
     return [(k, v) for k, v in head.headers if k.lower() not in drop]
 

@@ -34,32 +34,38 @@ import os
 import socket
 import stat
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from secrets import token_hex
 from typing import Any
-from urllib.parse import urlsplit
 
 from sono.layout import CA_INSIDE, GATEWAY_PORT, GATEWAY_SOCK, PROXY_SOCK, SOCKETS
-from sono.net.gateway import ApiKind, AuthStyle, GatewayThread, Route
+from sono.net.gateway import AuthStyle, GatewayThread, Route
 from sono.net.policy import NetworkPolicy
 from sono.net.proxy import ProxyThread
 from sono.net.secrets import BoundSecret, Secret, resolve, sandbox_env
+from sono.net.upstream import PLACEHOLDER, Upstream, env_upstreams
 from sono.net.usage import Measured, measure
 
-PLACEHOLDER = "so-placeholder-the-gateway-adds-the-real-key"
-
-# Model API families: default upstream, the base-URL variable, key variables and their style.
-FAMILIES: dict[ApiKind, tuple[str, str, tuple[tuple[str, AuthStyle], ...]]] = {
-    "anthropic": (
-        "https://api.anthropic.com",
-        "ANTHROPIC_BASE_URL",
-        (("ANTHROPIC_API_KEY", "x-api-key"), ("ANTHROPIC_AUTH_TOKEN", "bearer")),
-    ),
-    "openai": ("https://api.openai.com/v1", "OPENAI_BASE_URL", (("OPENAI_API_KEY", "bearer"),)),
-}
-SECRET_VARS = tuple(var for _, _, keys in FAMILIES.values() for var, _ in keys)
+# Variables that hold a credential by name, whatever a harness does with them: the
+# sandbox gets a placeholder in their place (a CLI may insist that its key is set).
+CREDENTIAL_VARS = frozenset(
+    {
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "CLAUDE_CODE_OAUTH_TOKEN",
+        "OPENAI_API_KEY",
+        "CODEX_API_KEY",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_BEARER_TOKEN_BEDROCK",
+    }
+)
+CREDENTIAL_SUFFIXES = ("_API_KEY", "_AUTH_TOKEN", "_ACCESS_TOKEN", "_SECRET_KEY", "_SECRET")
+BASE_URL_VARS = {"ANTHROPIC_BASE_URL": "anthropic", "OPENAI_BASE_URL": "openai"}
+MIN_SECRET = 8  # shorter values are not looked for inside other variables
 
 
 @dataclass(frozen=True)
@@ -67,32 +73,59 @@ class Gatewayed:
     """What the agent is given instead of the host's model settings."""
 
     routes: tuple[Route, ...]
-    endpoints: dict[str, str]  # family -> base URL inside the sandbox
-    env: dict[str, str]  # the host env as the harness may see it (keys replaced)
+    endpoints: dict[str, str]  # upstream name -> base URL inside the sandbox
+    env: dict[str, str]  # the host env as the harness may see it (credentials replaced)
     # What the sandbox gets whatever the harness keeps of ``env``: the secrets'
     # placeholders and the variables that make its clients trust the session CA.
     sandbox_env: dict[str, str] = field(default_factory=dict)
+    upstreams: tuple[Upstream, ...] = ()
 
 
-def gateway_for(host_env: Mapping[str, str]) -> Gatewayed:
-    """Routes for every model family; the sandbox sees the gateway and placeholders."""
-    routes: list[Route] = []
-    endpoints: dict[str, str] = {}
-    env = {k: v for k, v in host_env.items() if k not in SECRET_VARS}
-    for family, (default, base_var, keys) in FAMILIES.items():
-        upstream = host_env.get(base_var) or default
-        if family == "openai" and not urlsplit(upstream).path.strip("/"):
-            upstream = upstream.rstrip("/") + "/v1"  # a bare host means its /v1 API, as for SDKs
-        found = next(((var, style) for var, style in keys if host_env.get(var)), None)
-        if found is None:
-            routes.append(Route(f"/{family}", upstream, "passthrough", "", family))
-        else:
-            var, style = found
-            routes.append(Route(f"/{family}", upstream, style, host_env[var], family))
-            env[var] = PLACEHOLDER
-        endpoints[family] = f"http://127.0.0.1:{GATEWAY_PORT}/{family}"
-        env[base_var] = endpoints[family]
-    return Gatewayed(tuple(routes), endpoints, env)
+def route_for(upstream: Upstream) -> Route:
+    cred = upstream.credential
+    auth: AuthStyle = cred.header
+    if cred.value == "" or auth == "none":
+        return Route(
+            f"/{upstream.name}", upstream.base_url, "none", "", upstream.api, upstream.headers
+        )
+    return Route(
+        f"/{upstream.name}", upstream.base_url, auth, cred.value, upstream.api, upstream.headers
+    )
+
+
+def scrub_env(host_env: Mapping[str, str], secrets: Iterable[str]) -> dict[str, str]:
+    """``host_env`` with every credential replaced by :data:`PLACEHOLDER`: variables
+    that hold one by name (:data:`CREDENTIAL_VARS`, ``*_API_KEY``, ``*_TOKEN``-like
+    suffixes), and every occurrence of a known credential value in any variable."""
+    values = sorted({v for v in secrets if len(v) >= MIN_SECRET}, key=len, reverse=True)
+    env: dict[str, str] = {}
+    for name, value in host_env.items():
+        if value and (name in CREDENTIAL_VARS or name.upper().endswith(CREDENTIAL_SUFFIXES)):
+            env[name] = PLACEHOLDER
+            continue
+        for secret in values:
+            value = value.replace(secret, PLACEHOLDER)  # noqa: PLW2901
+        env[name] = value
+    return env
+
+
+def gateway_for(
+    host_env: Mapping[str, str], upstreams: Sequence[Upstream] | None = None
+) -> Gatewayed:
+    """A route per upstream (by default the plain environment's, :func:`env_upstreams`);
+    the sandbox sees the gateway and placeholders: ``env`` is ``host_env`` with every
+    credential replaced and the base-URL variables pointing at the gateway (or gone)."""
+    ups = tuple(upstreams) if upstreams is not None else env_upstreams(host_env)
+    names = [u.name for u in ups]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two upstreams share a name: {names}")
+    endpoints = {u.name: f"http://127.0.0.1:{GATEWAY_PORT}/{u.name}" for u in ups}
+    env = scrub_env(host_env, [s for u in ups for s in u.secrets])
+    for var, family in BASE_URL_VARS.items():
+        env.pop(var, None)
+        if family in endpoints:
+            env[var] = endpoints[family]
+    return Gatewayed(tuple(route_for(u) for u in ups), endpoints, env, upstreams=ups)
 
 
 @dataclass
@@ -240,6 +273,7 @@ def session_for(
     policy: NetworkPolicy,
     secrets: Sequence[Secret],
     host_env: Mapping[str, str],
+    upstreams: Sequence[Upstream] | None = None,
 ) -> tuple[NetSession, Gatewayed]:
     """The network of a sandbox under ``policy``, and what its agent is told.
 
@@ -249,7 +283,7 @@ def session_for(
     trust the session CA (:func:`sono.net.tls.trust_env`) when there is a proxy. Those
     variables are in ``sandbox_env`` too: every harness filters the host env it is given,
     so the caller adds them after the harness (they must reach any agent)."""
-    gatewayed = gateway_for(host_env)
+    gatewayed = gateway_for(host_env, upstreams)
     bound = resolve(secrets, host_env) if secrets else []
     if bound:
         sources = {s.env for s in secrets if s.env is not None}
