@@ -59,6 +59,7 @@ class HostBackend:
         stdin_text: str | None,
         timeout: float | None,
         on_line: Callable[[str], None],
+        stop: Callable[[], str | None] | None = None,
     ) -> proc.Streamed:
         self.execs.append(list(argv))
         return proc.stream(
@@ -66,6 +67,7 @@ class HostBackend:
             on_line=on_line,
             stdin_text=stdin_text,
             timeout=timeout,
+            stop=stop,
             env=self._env(spec, env),
             cwd=spec.workspace,
         )

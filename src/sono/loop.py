@@ -14,8 +14,9 @@ from typing import IO, Any, Protocol
 
 from sono import specs
 from sono.errors import SoError
-from sono.events import Event, Raw, Usage, dumps
+from sono.events import Error, Event, Raw, Usage, dumps
 from sono.harnesses.base import Access, AgentOptions, EventParser, Harness
+from sono.net import health
 from sono.net.session import NetSession, Offsets
 from sono.net.usage import Measured
 from sono.sandbox import Sandbox
@@ -227,6 +228,7 @@ class Loop:
         self._tally = Tally()
         self._next_prompt: str | None = None
         self._killed: str | None = None
+        self._model_failed: str | None = None  # the iteration's model was out of reach: why
         self._log_dropped = 0  # bytes of agent output not logged (the logs' budget)
         self._started = time.monotonic()
         self._ended: tuple[str, list[str], list[str], int] | None = None  # after_if_clean
@@ -269,6 +271,9 @@ class Loop:
                 )
                 if budget:
                     outcome, message = "budget", budget
+                    break
+                if self._model_failed and not rec.commits:
+                    outcome, message = "error", f"iteration {rec.n}: {self._model_failed}"
                     break
                 if rec.killed and self.opts.stop_on_kill:
                     outcome = "error"
@@ -347,6 +352,7 @@ class Loop:
         net_start = self.net.offsets() if self.net else None
         self._tally = Tally()
         self._killed = None
+        self._model_failed = None
         self._log_dropped = 0
         prompt = self.prompt(i, planned, recent)
         try:
@@ -395,7 +401,7 @@ class Loop:
             self.reporter.note(
                 f"iteration {n}: the network policy denied {total} attempt(s): {one_line(shown)}"
             )
-        if log.refused:
+        if log.refused and not self._model_failed:  # else the diagnosis said it better
             self.reporter.note(
                 f"iteration {n}: the model gateway refused {log.refused} request(s): "
                 f"{one_line(log.refused_reasons[0] if log.refused_reasons else '')}"
@@ -438,7 +444,7 @@ class Loop:
         self._ended = git.after_if_clean(rec_.iter_ref(n), start.head, rec_.base_ref)
         if self._ended is not None:
             return 0, False  # clean: the iteration's refs are already set
-        if not self.opts.step and not self._killed:
+        if not self.opts.step and not self._killed and not self._model_failed:
             while git.dirty() and retries < self.opts.commit_retries:
                 retries += 1
                 self.reporter.note(
@@ -496,6 +502,8 @@ class Loop:
         return head, vault.changed(since, head), listed, vault.count(base, head)
 
     def _agent_error(self, rec: IterationRecord) -> str | None:
+        if self._model_failed:
+            return f"iteration {rec.n}: {self._model_failed}"
         if rec.killed:
             return f"the {rec.killed} limit killed the agent in iteration {rec.n}"
         if rec.timed_out:
@@ -512,6 +520,15 @@ class Loop:
         else:
             base = self.sb.read_file(specs.PROMPT) or ""
         return specs.compose_prompt(base, recent, i, planned, step=self.opts.step)
+
+    def _model_watch(self) -> health.ModelWatch | None:
+        """Watches this agent run's model requests at the gateway (fail fast)."""
+        if self.net is None:
+            return None
+        start = self.net.offsets().usage
+        return health.ModelWatch(
+            self.harness.name, self.access.upstreams, self.net.usage_log, start
+        )
 
     def run_agent(self, n: int, prompt: str, name: str) -> tuple[int | None, bool, int]:
         """Run the agent once; store prompt, raw output and events. Returns
@@ -533,6 +550,7 @@ class Loop:
         }
         parser = self.harness.parser()
         count = 0
+        watch = self._model_watch()
         with (
             (out_dir / f"output{suffix}.log").open("w", encoding="utf-8") as raw_fh,
             (out_dir / f"events{suffix}.jsonl").open("a", encoding="utf-8") as ev_fh,
@@ -546,6 +564,8 @@ class Loop:
                     count += 1
                     if isinstance(event, Usage):
                         self._tally.add(event)
+                    elif isinstance(event, Error) and watch is not None:
+                        watch.saw_error(event.message)
                     ev_out.write(dumps(event))
                     self.reporter.event(event)
 
@@ -556,6 +576,7 @@ class Loop:
                 stdin_text=prompt,
                 timeout=self.opts.timeout_s,
                 on_line=on_line,
+                stop=watch.check if watch is not None else None,
             )
         dropped = raw.dropped + ev_out.dropped
         if dropped:
@@ -569,7 +590,14 @@ class Loop:
                 f"iteration {n}: agent timed out after {self.opts.timeout_s:.0f}s;"
                 " its whole process tree was killed"
             )
-        if result.killed:
+        diagnosis = watch.diagnosis() if watch is not None else None
+        if diagnosis:
+            self._model_failed = diagnosis
+            stopped = "; the agent was stopped" if result.killed == health.STOP else ""
+            self.reporter.note(f"iteration {n}: {diagnosis}{stopped}")
+        elif result.killed == health.STOP:  # stopped, then an answer came after all
+            self.reporter.note(f"iteration {n}: the agent was stopped: its model was unreachable")
+        if result.killed and result.killed != health.STOP:
             self._killed = result.killed
             self.reporter.note(
                 f"iteration {n}: the {result.killed} limit was hit; the agent and its "

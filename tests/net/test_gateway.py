@@ -48,6 +48,8 @@ USAGE_KEYS = {
     "ttfb_ms",
     "refused",
     "client_left",
+    "endpoint",
+    "error",
 }
 
 

@@ -104,8 +104,10 @@ class Backend(Protocol):
         stdin_text: str | None,
         timeout: float | None,
         on_line: Callable[[str], None],
+        stop: Callable[[], str | None] | None = None,
     ) -> Streamed:
-        """Run ``argv`` inside the sandbox, streaming merged output lines."""
+        """Run ``argv`` inside the sandbox, streaming merged output lines. ``stop`` is
+        polled like the limits' guard: a reason ends the run (the result's ``killed``)."""
 
     def run(
         self,

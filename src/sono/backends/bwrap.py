@@ -30,7 +30,7 @@ from sono import proc
 from sono.backends import seccomp
 from sono.backends.base import BackendSettings, Health, SandboxSpec
 from sono.backends.bwrap_limits import limited, plan_limits
-from sono.backends.execution import sandbox_env
+from sono.backends.execution import first_of, sandbox_env
 from sono.errors import SoError
 from sono.layout import FORWARDER_INSIDE, INSIDE_DIR, forwarder_argv
 from sono.limits.model import Enforcement, Limits
@@ -422,6 +422,7 @@ class BwrapBackend:
         stdin_text: str | None,
         timeout: float | None,
         on_line: Callable[[str], None],
+        stop: Callable[[], str | None] | None = None,
     ) -> proc.Streamed:
         with self._agent_launch(spec, argv, env, new_session=True) as (go, guard):
             return proc.stream(
@@ -432,7 +433,7 @@ class BwrapBackend:
                 on_line=on_line,
                 stdin_text=stdin_text,
                 timeout=timeout,
-                stop=guard.check,
+                stop=first_of(guard.check, stop),
             )
 
     def run(

@@ -378,6 +378,7 @@ class DockerBackend:
         stdin_text: str | None,
         timeout: float | None,
         on_line: Callable[[str], None],
+        stop: Callable[[], str | None] | None = None,
     ) -> proc.Streamed:
         container = self._container(spec)
         self._seed_home(container, spec)  # fresh copies of the credentials every run
@@ -404,7 +405,14 @@ class DockerBackend:
         try:
             with self._guard(container, spec) as guard:
                 return self._follow(
-                    container, exec_id, stream, timeout, on_line, guard=guard, token=token
+                    container,
+                    exec_id,
+                    stream,
+                    timeout,
+                    on_line,
+                    guard=guard,
+                    token=token,
+                    stop=stop,
                 )
         except BaseException:
             self._reap(container, token)
@@ -460,8 +468,9 @@ class DockerBackend:
         *,
         guard: Guard | None = None,
         token: str | None = None,
+        stop: Callable[[], str | None] | None = None,
     ) -> proc.Streamed:
-        stopper = Stopper(timeout, guard)
+        stopper = Stopper(timeout, guard, stop)
         reader = threading.Thread(target=_pump, args=(stream, on_line), daemon=True)
         reader.start()
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +66,23 @@ def disk_watch(spec: SandboxSpec, *, also: Sequence[Path] = ()) -> Iterator[Disk
         watch.stop()
 
 
+Check = Callable[[], str | None]
+
+
+def first_of(*checks: Check | None) -> Check:
+    """One check from several: the first reason any of them gives."""
+    live = [c for c in checks if c is not None]
+
+    def check() -> str | None:
+        for one in live:
+            why = one()
+            if why is not None:
+                return why
+        return None
+
+    return check
+
+
 @dataclass
 class Stopper:
     """When one run must end: at its ``timeout``, or once ``guard`` saw a limit hit.
@@ -73,6 +90,7 @@ class Stopper:
 
     timeout: float | None
     guard: Guard | None = None
+    also: Check | None = None  # the caller's own stop check (see Backend.exec)
     start: float = field(default_factory=time.monotonic)
     timed_out: bool = False
     killed: str | None = None
@@ -81,7 +99,7 @@ class Stopper:
         if self.timeout is not None and time.monotonic() - self.start >= self.timeout:
             self.timed_out = True
             return True
-        self.killed = self.guard.check() if self.guard is not None else None
+        self.killed = first_of(self.guard.check if self.guard else None, self.also)()
         return self.killed is not None
 
     @property

@@ -679,11 +679,12 @@ class MicrovmBackend:
         stdin_text: str | None,
         timeout: float | None,
         on_line: Callable[[str], None],
+        stop: Callable[[], str | None] | None = None,
     ) -> proc.Streamed:
         api = self._vm(spec)
         seed_home(spec.home_seed, self.agent_home(spec))  # fresh credentials every run
         with self._guard(spec) as guard:
-            stopper = Stopper(timeout, guard)
+            stopper = Stopper(timeout, guard, stop)
             try:
                 code = api.stream(
                     vm_name(spec.id),

@@ -29,7 +29,9 @@ anthropic``) with a placeholder key. For each request the gateway
    fields as in :mod:`sono.net.usage` (``null`` when not reported); ``route`` is the prefix
    (``null`` for a 404) and ``status`` the upstream's, or the gateway's own 4xx/502;
    ``refused`` is the gateway's one-line reason for a request it did not forward
-   (``null`` otherwise). Keys are never logged (``Route`` hides ``key`` from its repr).
+   (``null`` otherwise); ``endpoint`` the call under the route (``"POST /v1/messages"``);
+   ``error`` the upstream's own message of an error answer (status >= 400), one line.
+   Keys are never logged (``Route`` hides ``key`` from its repr).
 
 One request per connection: both the client and the upstream connection get
 ``Connection: close`` (no keep-alive, so no pooling: each request opens its own upstream
@@ -90,6 +92,7 @@ MODEL_SNIFF = 64 * 1024
 MAX_REQUEST_BODY = 32 * 1024 * 1024
 MAX_QUERY = 2048
 REASON_LIMIT = 200
+ERROR_KEPT = 4096  # of an error answer's body, for its message in the usage log
 
 # What the agents' model clients call (claude, pi: Anthropic Messages; codex: Responses
 # and its remote compaction; opencode, pi: Chat Completions or Responses), as
@@ -222,6 +225,25 @@ class _Exchange:
     parser: UsageParser | None = None
     refused: str | None = None
     client_left: bool = False  # the client hung up before the body's end
+    endpoint: str | None = None  # "POST /v1/messages": the API call under the route
+    error_body: bytearray | None = None  # the start of an error answer (status >= 400)
+
+    def error(self) -> str | None:
+        """The upstream's own message of an error answer (JSON ``error.message``,
+        ``message`` or ``error``, else the text), one bounded line."""
+        if not self.error_body:
+            return None
+        text = self.error_body.decode("utf-8", "replace")
+        with contextlib.suppress(ValueError):
+            data = json.loads(text)
+            if isinstance(data, dict):
+                inner = data.get("error")
+                if isinstance(inner, dict):
+                    inner = inner.get("message")
+                found = inner if isinstance(inner, str) else data.get("message")
+                if isinstance(found, str):
+                    text = found
+        return one_line(text, REASON_LIMIT) or None
 
     def record(self) -> dict[str, object]:
         tokens = self.parser.result() if self.parser is not None else None
@@ -238,6 +260,8 @@ class _Exchange:
             "ttfb_ms": self.ttfb_ms,
             "refused": self.refused,
             "client_left": self.client_left,
+            "endpoint": self.endpoint,
+            "error": self.error(),
         }
 
 
@@ -363,6 +387,7 @@ class Gateway(UnixServer):
         if route is None:
             raise HttpError(404, f"no gateway route for {path}")
         exchange.route = route.prefix
+        exchange.endpoint = one_line(f"{method} {path[len(route.prefix) :]}", REASON_LIMIT)
         refused = route.refusal(method, path, query)
         if refused is not None:
             raise HttpError(*refused)
@@ -442,8 +467,16 @@ class Gateway(UnixServer):
             return
         parser = UsageParser(head.get("content-type") or "", head.get("content-encoding") or "")
         exchange.parser = parser
+        see: Callable[[bytes], object] = parser.feed
+        if status >= 400:
+            kept = exchange.error_body = bytearray()
+
+            def see(data: bytes) -> None:
+                parser.feed(data)
+                kept.extend(data[: ERROR_KEPT - len(kept)])
+
         try:
-            await self._relay_body(head, up_reader, client, parser)
+            await self._relay_body(head, up_reader, client, see)
         finally:
             exchange.client_left = client.gone
 
@@ -465,12 +498,12 @@ class Gateway(UnixServer):
         head: Head,
         up_reader: asyncio.StreamReader,
         writer: ClientSink,
-        parser: UsageParser,
+        see: Callable[[bytes], object],
     ) -> None:
         """Copy the body as it arrives until its end (by chunked framing, framed anew;
-        Content-Length; or the upstream closing); the parser reads a copy. Malformed
+        Content-Length; or the upstream closing); ``see`` reads a copy. Malformed
         upstream framing ends the connection: the client sees a short body."""
-        tap = _Tap(parser.feed)
+        tap = _Tap(see)
         length = head.get("content-length")
         if "chunked" in head.tokens("transfer-encoding"):
             await copy_chunked(up_reader, writer, UPSTREAM_IDLE_S, tap)
