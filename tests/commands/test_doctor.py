@@ -55,3 +55,22 @@ def test_the_selected_sandbox_is_the_one_run_would_pick(repo: Path, docker_ready
     out = so("doctor", cwd=repo, env={"SANDBOX": "auto", "SO_SANDBOX": "auto"})
     [selected] = [x for x in out.stdout.splitlines() if "selected sandbox" in x]
     assert "selected sandbox: bwrap (auto → bwrap: docker would copy the project" in selected
+
+
+def test_each_harness_shows_its_endpoint_and_credential_kind_never_the_value(
+    repo: Path,
+) -> None:
+    env = {
+        "ANTHROPIC_BASE_URL": "http://127.0.0.1:9",
+        "ANTHROPIC_API_KEY": "sk-doctor-canary-value",
+        "OPENAI_API_KEY": "sk-doctor-canary-other",
+    }
+    out = so("doctor", "-H", "codex", cwd=repo, env=env)
+    assert "sk-doctor-canary" not in out.stdout + out.stderr
+    claude = [ln for ln in out.stdout.splitlines() if ln.startswith("[ok  ] claude model:")]
+    assert any(
+        "http://127.0.0.1:9 (from env ANTHROPIC_BASE_URL) as /anthropic; credential: API key "
+        "(from env ANTHROPIC_API_KEY)" in ln
+        for ln in claude
+    ), out.stdout
+    assert "codex model (selected):" in out.stdout

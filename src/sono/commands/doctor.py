@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from sono import agents, proc
+from sono.app.context import Context
 from sono.app.policy import backend_choice, backend_settings, limits_of
 from sono.backends import BACKENDS, get_backend
 from sono.backends.base import Backend
@@ -19,8 +19,7 @@ from sono.harnesses import HARNESSES, available, harness_class
 from sono.harnesses.base import AgentOptions
 from sono.limits import MECHANISM_LABELS, Limits, format_size
 from sono.state import agents_dir, so_home
-
-CREDENTIAL_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
+from sono.textsafe import one_line
 
 
 def line(ok: bool | None, what: str, detail: str) -> str:
@@ -64,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     out += _agents()
-    out += _credentials()
+    out += _models(ctx, cfg.harness)
     print("\n".join(out))
     return 0 if selected_ok and git and config_ok else 1
 
@@ -217,9 +216,28 @@ def _agents() -> list[str]:
     return out
 
 
-def _credentials() -> list[str]:
-    home = Path.home()
-    present = [n for n in CREDENTIAL_ENV if os.environ.get(n)]
-    present += [p for p in ("~/.claude", "~/.claude.json") if (home / p[2:]).exists()]
-    detail = ", ".join(present) if present else "none found (claude will ask to log in)"
-    return [line(bool(present) or None, "claude credentials", detail + " (values never shown)")]
+def _models(ctx: Context, selected: str) -> list[str]:
+    """Per harness, what its own configuration on this host makes it use: each model
+    endpoint (served inside through the gateway) and the kind of credential, each with
+    where it was configured — never a value."""
+    out = []
+    for name in available():
+        harness = harness_class(name)()
+        what = f"{name} model" + (" (selected)" if name == selected else "")
+        try:
+            access = harness.access(ctx.env, ctx.home)
+        except (SoError, OSError, ValueError) as exc:
+            out.append(line(False, what, f"its configuration cannot be read: {one_line(str(exc))}"))
+            continue
+        if access.refusal:
+            out.append(line(False, what, access.refusal))
+        for up in access.upstreams:
+            cred = up.credential
+            detail = (
+                f"{up.base_url} (from {up.source}) as /{up.name}; credential: {cred.kind}"
+                + ("" if cred.kind == "none" else f" (from {cred.source})")
+                + (f"; +{len(up.headers)} header(s)" if up.headers else "")
+            )
+            out.append(line(True if cred.kind != "none" else None, what, detail))
+        out += [line(None, what, note) for note in access.notes]
+    return out
