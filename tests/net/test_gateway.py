@@ -707,3 +707,110 @@ def test_a_flood_of_refused_requests_is_counted_not_logged_line_by_line(setup: S
     session.usage_log = setup.usage
     log = session.since(Offsets(0, 0))
     assert (log.requests, log.refused, log.incomplete) == (sent, sent, False)
+
+
+# --- credentials as the agent's own config names them --------------------------------------
+
+
+class _Source:
+    """A credential fetched per request (an OAuth login, a key helper)."""
+
+    def __init__(self, *values: str | Exception) -> None:
+        self.values = list(values)
+        self.calls = 0
+
+    def token(self) -> str:
+        self.calls += 1
+        value = self.values.pop(0)
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+
+def test_azure_api_key_header_and_extra_headers_replace_the_clients(
+    setup: Setup, model_server: ModelServer
+) -> None:
+    route = Route(
+        "/azure",
+        model_server.url + "/v1",
+        "api-key",
+        SECRET,
+        "openai",
+        (("chatgpt-account-id", "acct-real"), ("X-Org", "org-1")),
+    )
+    body = {"model": "gpt-test", "input": "hi"}
+    with setup.gateway(route):
+        response = setup.post("/azure/responses", body, "chatgpt-account-id: acct-placeholder")
+    assert response.status == 200
+    [seen] = model_server.requests
+    assert seen.headers["api-key"] == SECRET
+    assert "x-api-key" not in seen.headers and "authorization" not in seen.headers
+    assert seen.headers["chatgpt-account-id"] == "acct-real"
+    assert seen.headers["x-org"] == "org-1"
+    assert_placeholder_replaced(seen.headers)
+    assert "acct-real" not in repr(route)
+
+
+def test_a_route_without_credential_sends_none_of_the_clients(
+    setup: Setup, model_server: ModelServer
+) -> None:
+    route = Route("/ollama", model_server.url + "/v1", "none", "", "openai")
+    with setup.gateway(route):
+        assert setup.post("/ollama/chat/completions", {"model": "m", "messages": []}).status
+    [seen] = model_server.requests
+    assert not {"x-api-key", "authorization", "api-key"} & set(seen.headers)
+
+
+def test_a_dynamic_credential_is_asked_per_request_and_its_failure_is_a_401(
+    setup: Setup, model_server: ModelServer
+) -> None:
+    from sono.net.upstream import CredentialError
+
+    source = _Source(
+        "tok-1-" + SECRET, CredentialError("~/.x/auth.json: the login expired; log in again")
+    )
+    route = Route("/anthropic", model_server.url, "bearer", source, "anthropic")
+    body = {"model": "claude-test", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+    with setup.gateway(route):
+        first = setup.post("/anthropic/v1/messages", body)
+        second = setup.post("/anthropic/v1/messages", body)
+    assert first.status == 200 and source.calls == 2
+    assert model_server.requests[0].headers["authorization"] == f"Bearer tok-1-{SECRET}"
+    assert len(model_server.requests) == 1  # the failed credential never went upstream
+    assert second.status == 401
+    assert b"the login expired; log in again" in second.body
+    [_, refused] = json_lines(setup.usage)
+    assert refused["status"] == 401 and "login expired" in refused["refused"]
+    setup.assert_secret_never_logged()
+
+
+def test_an_upstream_error_message_is_in_the_usage_line(setup: Setup) -> None:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answer = json.dumps({"type": "error", "error": {"message": "invalid x-api-key"}}).encode()
+
+    class Refusing(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+    origin = ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=origin.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{origin.server_address[1]}"
+        route = Route("/anthropic", url, "x-api-key", SECRET, "anthropic")
+        with setup.gateway(route):
+            response = setup.post("/anthropic/v1/messages", {"model": "m", "messages": []})
+    finally:
+        origin.shutdown()
+    assert response.status == 401
+    [line] = json_lines(setup.usage)
+    assert line["error"] == "invalid x-api-key"
+    assert line["endpoint"] == "POST /v1/messages"
