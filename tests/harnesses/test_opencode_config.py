@@ -14,13 +14,14 @@ from sono.harnesses.base import Access, AgentOptions
 from sono.harnesses.opencode import OpencodeHarness
 from sono.harnesses.opencode_config import (
     FAR_EXPIRY_MS,
+    REFRESHERS,
     AuthJsonFormat,
     parse_jsonc,
     substitute,
     upstream_name,
 )
 from sono.net.oauth import FileToken, Tokens
-from sono.net.upstream import PLACEHOLDER
+from sono.net.upstream import PLACEHOLDER, CredentialError
 
 GW = "http://127.0.0.1:3129"
 KEY = "sk-real-key-0123456789"
@@ -333,3 +334,49 @@ def test_env_overrides_routed_providers_above_the_project(tmp_path: Path) -> Non
         "-m",
         "fake/m",
     ]
+
+
+def test_config_dir_variable_is_read_after_the_files(tmp_path: Path) -> None:
+    home = home_with(
+        tmp_path, {"opencode.json": {"provider": {"p": custom(baseURL="http://a/v1")}}}
+    )
+    folder = tmp_path / "dir"
+    folder.mkdir()
+    (folder / "opencode.jsonc").write_text(
+        '{"provider": {"p": {"options": {"baseURL": "http://z/v1"}}}}'
+    )
+    up = access(home, {"OPENCODE_CONFIG_DIR": str(folder)}).upstream("opencode-p")
+    assert up is not None and up.base_url == "http://z/v1"
+
+
+def test_wellknown_login_is_a_note_and_stays_out(tmp_path: Path) -> None:
+    auth = {"https://corp.example": {"type": "wellknown", "key": "K", "token": "wk-real"}}
+    home = home_with(tmp_path, {}, auth)
+    got = access(home)
+    assert got.refusal is None and not any(u.name.startswith("opencode-") for u in got.upstreams)
+    assert any("https://corp.example" in n for n in got.notes)
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    OpencodeHarness().provision(home_seed=seed, host_home=home, opts=AgentOptions())
+    assert json.loads((seed / ".local/share/opencode/auth.json").read_text()) == {}
+
+
+def test_anthropic_login_refreshes_as_opencodes_plugin_does() -> None:
+    refresher = REFRESHERS["anthropic"]
+    assert refresher.url == "https://console.anthropic.com/v1/oauth/token" and not refresher.form
+    assert refresher.body("rt") == {
+        "grant_type": "refresh_token",
+        "refresh_token": "rt",
+        "client_id": "9d1c250a-e61b-44d9-88ed-5944d1962f5e",
+    }
+
+
+def test_expired_login_without_refresher_says_what_to_do(tmp_path: Path) -> None:
+    login = {"type": "oauth", "access": "at", "refresh": "rt", "expires": 1000}
+    cfg = {"model": "poe/m", "provider": {"poe": custom(baseURL="http://p/v1")}}
+    up = access(home_with(tmp_path, {"opencode.json": cfg}, {"poe": login})).upstream(
+        "opencode-poe"
+    )
+    assert up is not None
+    with pytest.raises(CredentialError, match="login expired; run `opencode auth login`"):
+        up.credential.current()

@@ -1,9 +1,16 @@
 """opencode (``opencode-ai``): ``opencode run --format json`` with the prompt on stdin.
 
 ``opencode run`` reads stdin when it is not a terminal and appends it to the message, so
-the loop's prompt needs no argument. Settings travel in ``OPENCODE_CONFIG_CONTENT``
-(inline JSON that opencode merges over its config files): the loop's model endpoints
-become providers there, because opencode has no ``*_BASE_URL`` variables of its own:
+the loop's prompt needs no argument.
+
+Model endpoints (:mod:`sono.harnesses.opencode_config` reads them on the host as opencode
+does): every provider of the user's config (``~/.config/opencode``, ``OPENCODE_CONFIG``,
+``OPENCODE_CONFIG_CONTENT``), every login in ``auth.json`` and every vendor key in the
+environment becomes an upstream ``opencode-<provider id>``; the sandbox gets the config
+with those providers' ``baseURL`` at the gateway, placeholder keys, no headers, and an
+``auth.json`` of placeholders. The same overrides travel in ``OPENCODE_CONFIG_CONTENT``,
+which opencode merges last, above a project's ``opencode.json``. Plain-env setups keep
+so's own providers, as opencode has no ``*_BASE_URL`` variables of its own:
 
 - ``openai`` → provider ``so-openai`` on ``@ai-sdk/openai-compatible`` (Chat Completions,
   ``<base>/chat/completions``; a bare host gets ``/v1``, as codex does);
@@ -75,6 +82,7 @@ from sono.harnesses.opencode_config import (
     sdk_base,
     upstream_base,
     upstream_name,
+    wellknown_notes,
 )
 from sono.net.oauth import FileToken
 from sono.net.upstream import PLACEHOLDER, Credential, Upstream, env_upstreams
@@ -211,6 +219,7 @@ class OpencodeHarness:
             user = read_user_config(host_env, host_home)
         except ConfigError as exc:
             return Access(refusal=f"opencode: {exc}; fix it (opencode itself would not start)")
+        notes += wellknown_notes(user.auth)
         found = user_upstreams(user, host_env)
         covered = {u.name.removeprefix(USER_PREFIX) for u in found.upstreams}
         legacy = tuple(u for u in env_upstreams(host_env) if u.name not in covered)

@@ -1,17 +1,17 @@
 """opencode's own configuration, read on the host the way opencode 1.18.33 reads it.
 
-Config (``Config.loadInstanceState``): ``$XDG_CONFIG_HOME/opencode/`` (``~/.config/
-opencode``) ``config.json`` < ``opencode.json`` < ``opencode.jsonc``, then the
-``OPENCODE_CONFIG`` file, then the project's files (agent-writable: never used on the host),
-then ``OPENCODE_CONFIG_CONTENT``; objects are deep-merged. Each file's text gets
-``{env:VAR}`` (empty when unset) and ``{file:path}`` (relative to the file, ``~/`` = home,
-trimmed; not on ``//`` comment lines) substituted before it is parsed as JSONC
-(``config/variable.ts``).
+Config (``Config.loadInstanceState``), deep-merged in this order:
+``$XDG_CONFIG_HOME/opencode/`` (``~/.config/opencode``) ``config.json`` < ``opencode.json``
+< ``opencode.jsonc``, the ``OPENCODE_CONFIG`` file, the project's files (agent-writable:
+never used on the host), ``$OPENCODE_CONFIG_DIR/opencode.json(c)``,
+``OPENCODE_CONFIG_CONTENT``. Each text gets ``{env:VAR}`` (empty when unset) and
+``{file:path}`` (relative to the file, ``~/`` = home, trimmed; not on ``//`` comment
+lines) substituted before it is parsed as JSONC (``config/variable.ts``).
 
 Logins: ``$XDG_DATA_HOME/opencode/auth.json`` (``~/.local/share/opencode``), or
 ``OPENCODE_AUTH_CONTENT`` instead of the file (``auth/index.ts``): per provider id
-``{"type": "api", "key"}``, ``{"type": "oauth", "refresh", "access", "expires" (ms)}`` or
-``{"type": "wellknown", "key", "token"}``.
+``{"type": "api", "key"}`` or ``{"type": "oauth", "refresh", "access", "expires" (ms)}``;
+``{"type": "wellknown", "key", "token"}`` keys a remote config by URL.
 
 A provider's endpoint is its ``options.baseURL`` or the vendor's default; its key is
 ``options.apiKey``, else the login in auth.json, else the vendor's environment variable.
@@ -176,6 +176,13 @@ def sources(host_env: Mapping[str, str], home: Path) -> Iterator[Source]:
         text = _read(path)
         if text is not None:
             yield Source(f"{tilde(path, home)} (OPENCODE_CONFIG)", text, path.parent)
+    custom_dir = host_env.get("OPENCODE_CONFIG_DIR")
+    if custom_dir:  # read after the project's files, as a directory of its own
+        folder = Path(custom_dir).expanduser()
+        for name in PROJECT_FILES:
+            text = _read(folder / name)
+            if text is not None:
+                yield Source(f"{tilde(folder / name, home)} (OPENCODE_CONFIG_DIR)", text, folder)
     inline = host_env.get("OPENCODE_CONFIG_CONTENT")
     if inline:
         yield Source("env OPENCODE_CONFIG_CONTENT", inline, Path.cwd())
@@ -290,7 +297,7 @@ def providers(user: UserConfig, host_env: Mapping[str, str]) -> list[Provider]:
     cfg_providers = _dict(user.config.get("provider"))
     model_provider = chosen_provider(user.config)
     ids = list(cfg_providers)
-    ids += [p for p in user.auth if p not in ids and isinstance(user.auth[p], dict)]
+    ids += [p for p in user.auth if p not in ids and _login_type(user.auth[p]) in LOGIN_TYPES]
     ids += [p for p, b in BUILT_INS.items() if p not in ids and any(host_env.get(v) for v in b.env)]
     if model_provider and model_provider not in ids:
         ids.append(model_provider)
@@ -317,7 +324,7 @@ def _provider(pid: str, user: UserConfig, host_env: Mapping[str, str]) -> Provid
     key = _str(options.get("apiKey"))
     if key:
         provider.key, provider.key_source = key, f"{label} provider.{pid}.options.apiKey"
-    elif isinstance(login, dict) and login.get("type") in ("api", "wellknown"):
+    elif isinstance(login, dict) and login.get("type") == "api":
         provider.key, provider.key_source = _str(login.get("key")), user.auth_source
     elif isinstance(login, dict) and login.get("type") == "oauth":
         provider.login = login
@@ -327,6 +334,23 @@ def _provider(pid: str, user: UserConfig, host_env: Mapping[str, str]) -> Provid
         if var:
             provider.key, provider.key_source = host_env[var], f"env {var}"
     return provider
+
+
+LOGIN_TYPES = frozenset({"api", "oauth"})  # "wellknown" keys a remote config, not a provider
+
+
+def _login_type(entry: object) -> str | None:
+    return _str(entry.get("type")) if isinstance(entry, dict) else None
+
+
+def wellknown_notes(auth: Mapping[str, Any]) -> list[str]:
+    return [
+        f"opencode: the login to {url} (remote config) is not taken inside: opencode would "
+        "fetch that config over the network at start; put what it provides in "
+        "~/.config/opencode/opencode.json"
+        for url, entry in auth.items()
+        if _login_type(entry) == "wellknown"
+    ]
 
 
 def _env_vars(cfg: Mapping[str, Any]) -> tuple[str, ...]:
@@ -411,8 +435,10 @@ class AuthJsonFormat:
 
 
 def placeholder_auth(auth: Mapping[str, Any], placeholder: str) -> dict[str, Any]:
-    """auth.json with every credential a placeholder of the same shape: API keys,
-    OAuth tokens (far expiry, so opencode never refreshes inside), well-known tokens."""
+    """auth.json with every credential a placeholder of the same shape: API keys and
+    OAuth tokens (far expiry, so opencode never refreshes inside). Well-known logins are
+    left out: with one, opencode fetches a remote config at start, which cannot succeed
+    inside."""
     out: dict[str, Any] = {}
     for pid, entry in auth.items():
         if not isinstance(entry, dict):
@@ -427,8 +453,6 @@ def placeholder_auth(auth: Mapping[str, Any], placeholder: str) -> dict[str, Any
                 "access": placeholder,
                 "expires": FAR_EXPIRY_MS,
             }
-        elif kind == "wellknown":
-            out[pid] = {"type": "wellknown", "key": placeholder, "token": placeholder}
     return out
 
 
