@@ -83,8 +83,10 @@ def test_custom_provider_with_base_url_key_and_headers(tmp_path: Path) -> None:
     )
     assert up.credential.source == "~/.config/opencode/opencode.json provider.fake.options.apiKey"
     assert up.headers == (("X-Team", "secret-team"),)
-    # The plain-env families stay (nothing of the user's covers them).
-    assert {u.name for u in got.upstreams} == {"opencode-fake", "anthropic", "openai"}
+    # so's own plain-env providers only where the environment names an endpoint.
+    assert {u.name for u in got.upstreams} == {"opencode-fake"}
+    with_env = access(home_with(tmp_path, {"opencode.json": cfg}), {"OPENAI_BASE_URL": "http://o"})
+    assert {u.name for u in with_env.upstreams} == {"opencode-fake", "openai"}
 
 
 def test_anthropic_package_speaks_messages_without_v1(tmp_path: Path) -> None:
@@ -149,6 +151,12 @@ def test_missing_file_reference_is_refused(tmp_path: Path) -> None:
     assert got.refusal is not None and "nope.txt" in got.refusal
 
 
+def test_nothing_configured_keeps_the_plain_env_reading(tmp_path: Path) -> None:
+    got = access(home_with(tmp_path, {}), {"OPENAI_BASE_URL": "http://o:1"})
+    assert [u.name for u in got.upstreams] == ["anthropic", "openai"]
+    assert got.notes == () and got.refusal is None
+
+
 def test_builtin_keys_from_env(tmp_path: Path) -> None:
     home = home_with(tmp_path, {})
     got = access(home, {"OPENROUTER_API_KEY": KEY, "ANTHROPIC_API_KEY": "sk-ant-0123456789"})
@@ -168,7 +176,7 @@ def test_builtin_chosen_in_config_is_the_users_provider(tmp_path: Path) -> None:
     assert up is not None and up.base_url == "https://api.anthropic.com"
     assert (up.credential.header, up.credential.source) == ("x-api-key", "env ANTHROPIC_API_KEY")
     assert got.upstream("anthropic") is None  # covered by the user's own provider
-    assert got.upstream("openai") is not None
+    assert got.upstream("openai") is None  # not named by the environment either
 
 
 def test_api_key_login_in_auth_json(tmp_path: Path) -> None:

@@ -222,7 +222,11 @@ class OpencodeHarness:
         notes += wellknown_notes(user.auth)
         found = user_upstreams(user, host_env)
         covered = {u.name.removeprefix(USER_PREFIX) for u in found.upstreams}
-        legacy = tuple(u for u in env_upstreams(host_env) if u.name not in covered)
+        legacy = tuple(
+            u
+            for u in env_upstreams(host_env)
+            if u.name not in covered and (not found.upstreams or _named_by_env(u, host_env))
+        )
         return Access((*found.upstreams, *legacy), (*notes, *found.notes), found.refusal)
 
     def provision(self, *, home_seed: Path, host_home: Path, opts: AgentOptions) -> list[str]:
@@ -351,6 +355,12 @@ def user_upstreams(user: UserConfig, host_env: Mapping[str, str]) -> Found:
         else:
             notes.append(line)
     return Found(tuple(ups), tuple(notes), refusal)
+
+
+def _named_by_env(upstream: Upstream, host_env: Mapping[str, str]) -> bool:
+    """so's own providers for the plain environment are added next to the user's only
+    when the environment names that endpoint (a base URL or a key variable)."""
+    return upstream.source.startswith("env ") or upstream.credential.source.startswith("env ")
 
 
 def _env_only(provider: Provider) -> bool:

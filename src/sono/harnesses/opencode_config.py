@@ -48,7 +48,8 @@ NPM_API: dict[str, ApiKind] = {
 
 @dataclass(frozen=True)
 class BuiltIn:
-    """A provider opencode knows without config (its models.dev catalogue entry)."""
+    """A provider opencode knows without config: its entry in the models.dev snapshot
+    opencode 1.18.33 ships (``npm``, ``api`` or the SDK's default, ``env``)."""
 
     npm: str
     base_url: str  # the SDK's base URL (anthropic's with /v1, as @ai-sdk/anthropic has it)
@@ -65,12 +66,18 @@ BUILT_INS: dict[str, BuiltIn] = {
     ),
     "groq": BuiltIn("@ai-sdk/groq", "https://api.groq.com/openai/v1", ("GROQ_API_KEY",)),
     "xai": BuiltIn("@ai-sdk/xai", "https://api.x.ai/v1", ("XAI_API_KEY",)),
-    "deepseek": BuiltIn("@ai-sdk/deepseek", "https://api.deepseek.com/v1", ("DEEPSEEK_API_KEY",)),
+    "deepseek": BuiltIn(
+        "@ai-sdk/openai-compatible", "https://api.deepseek.com", ("DEEPSEEK_API_KEY",)
+    ),
+    "poe": BuiltIn("@ai-sdk/openai-compatible", "https://api.poe.com/v1", ("POE_API_KEY",)),
+    "opencode": BuiltIn(
+        "@ai-sdk/openai-compatible", "https://opencode.ai/zen/v1", ("OPENCODE_API_KEY",)
+    ),
     "mistral": BuiltIn("@ai-sdk/mistral", "https://api.mistral.ai/v1", ("MISTRAL_API_KEY",)),
     "google": BuiltIn(
         "@ai-sdk/google",
         "https://generativelanguage.googleapis.com/v1beta",
-        ("GOOGLE_GENERATIVE_AI_API_KEY", "GEMINI_API_KEY"),
+        ("GOOGLE_API_KEY", "GOOGLE_GENERATIVE_AI_API_KEY", "GEMINI_API_KEY"),
     ),
 }
 # Refresh endpoints of the OAuth logins the gateway refreshes on the host.
