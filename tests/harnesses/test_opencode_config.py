@@ -266,6 +266,11 @@ def user_setup(tmp_path: Path) -> tuple[Path, AgentOptions]:
         "provider": {
             "fake": custom(baseURL="http://127.0.0.1:9999/v1", apiKey=KEY, headers={"X": "hv"}),
             "claude": custom("@ai-sdk/anthropic", apiKey="{env:MY_ANTHROPIC}"),
+            "other": {
+                "npm": "@ai-sdk/google",
+                "options": {"apiKey": "g-real-key"},
+                "models": {"g": {"headers": {"X-Model": "model-hv-real"}}},
+            },
         },
     }
     auth = {
@@ -305,10 +310,12 @@ def test_provision_writes_gateway_and_placeholders(tmp_path: Path) -> None:
         "openrouter": {"type": "api", "key": PLACEHOLDER},
     }
     assert not (seed / ".local/share/opencode/mcp-auth.json").exists()
+    assert cfg["provider"]["other"]["options"] == {"apiKey": PLACEHOLDER}  # not routed
     for path in seed.rglob("*"):
         if path.is_file():
             text = path.read_text()
-            for secret in (KEY, "hv", "at-real", "rt-real", "or-real", "mcp-real"):
+            secrets = (KEY, "hv", "at-real", "rt-real", "or-real", "mcp-real", "g-real", "model-hv")
+            for secret in secrets:
                 assert secret not in text, (path, secret)
 
 

@@ -444,7 +444,22 @@ def routed_overrides(host_env: Mapping[str, str], opts: AgentOptions) -> dict[st
 
 def _routed(cfg: dict[str, Any], base_url: str) -> dict[str, Any]:
     options = {k: v for k, v in _json_dict(cfg.get("options")).items() if k not in SECRET_OPTIONS}
-    return {**cfg, "options": {**options, "baseURL": base_url, "apiKey": PLACEHOLDER}}
+    return {
+        **_without_model_headers(cfg),
+        "options": {**options, "baseURL": base_url, "apiKey": PLACEHOLDER},
+    }
+
+
+def _without_model_headers(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A model's own ``headers`` may hold a credential too: they stay on the host."""
+    models = cfg.get("models")
+    if not isinstance(models, dict):
+        return cfg
+    clean = {
+        name: {k: v for k, v in m.items() if k != "headers"} if isinstance(m, dict) else m
+        for name, m in models.items()
+    }
+    return {**cfg, "models": clean}
 
 
 SECRET_OPTIONS = frozenset({"apiKey", "headers", "baseURL"})
@@ -468,6 +483,7 @@ def sanitized(config: dict[str, Any], opts: AgentOptions) -> dict[str, Any]:
         kept = {k: v for k, v in options.items() if k not in ("apiKey", "headers")}
         if "apiKey" in options:
             kept["apiKey"] = PLACEHOLDER
+        cfg = _without_model_headers(cfg)  # noqa: PLW2901
         out[pid] = {**cfg, "options": kept} if "options" in cfg else cfg
     return {**config, "provider": out}
 
