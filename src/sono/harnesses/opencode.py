@@ -1,9 +1,16 @@
 """opencode (``opencode-ai``): ``opencode run --format json`` with the prompt on stdin.
 
 ``opencode run`` reads stdin when it is not a terminal and appends it to the message, so
-the loop's prompt needs no argument. Settings travel in ``OPENCODE_CONFIG_CONTENT``
-(inline JSON that opencode merges over its config files): the loop's model endpoints
-become providers there, because opencode has no ``*_BASE_URL`` variables of its own:
+the loop's prompt needs no argument.
+
+Model endpoints (:mod:`sono.harnesses.opencode_config` reads them on the host as opencode
+does): every provider of the user's config (``~/.config/opencode``, ``OPENCODE_CONFIG``,
+``OPENCODE_CONFIG_CONTENT``), every login in ``auth.json`` and every vendor key in the
+environment becomes an upstream ``opencode-<provider id>``; the sandbox gets the config
+with those providers' ``baseURL`` at the gateway, placeholder keys, no headers, and an
+``auth.json`` of placeholders. The same overrides travel in ``OPENCODE_CONFIG_CONTENT``,
+which opencode merges last, above a project's ``opencode.json``. Plain-env setups keep
+so's own providers, as opencode has no ``*_BASE_URL`` variables of its own:
 
 - ``openai`` → provider ``so-openai`` on ``@ai-sdk/openai-compatible`` (Chat Completions,
   ``<base>/chat/completions``; a bare host gets ``/v1``, as codex does);
@@ -27,8 +34,10 @@ A bare ``-m NAME`` names a model of that provider; ``-m provider/model`` is pass
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -52,7 +61,31 @@ from sono.harnesses.jsonread import as_int as _int
 from sono.harnesses.jsonread import as_num as _num
 from sono.harnesses.jsonread import as_str as _str
 from sono.harnesses.jsonread import parse_line
-from sono.net.upstream import env_upstreams
+from sono.harnesses.opencode_config import (
+    REFRESHERS,
+    UNROUTABLE_OAUTH,
+    AuthJsonFormat,
+    ConfigError,
+    Provider,
+    UserConfig,
+    api_of,
+    auth_header,
+    chosen_provider,
+    config_dir,
+    host_home,
+    parse_jsonc,
+    placeholder_auth,
+    project_endpoint_notes,
+    providers,
+    read_auth,
+    read_user_config,
+    sdk_base,
+    upstream_base,
+    upstream_name,
+    wellknown_notes,
+)
+from sono.net.oauth import FileToken
+from sono.net.upstream import PLACEHOLDER, Credential, Upstream, env_upstreams
 
 PROVIDER_KEYS = frozenset(
     {
@@ -78,6 +111,8 @@ HOST_ONLY_VARS = frozenset(
         "OPENCODE_GIT_BASH_PATH",
         "OPENCODE_PLUGIN_META_FILE",
         "OPENCODE_PID",
+        # A login (auth.json's content): provisioned as a file of placeholders instead.
+        "OPENCODE_AUTH_CONTENT",
     }
 )
 # Every exec starts with an empty HOME, so anything opencode would download at start
@@ -109,9 +144,20 @@ DEFAULT_MODELS = {"openai": "gpt-5", "anthropic": "claude-sonnet-4-5"}
 MODEL_LIMITS: dict[str, dict[str, Any]] = {
     "anthropic": {"limit": {"context": 200_000, "output": 64_000}}
 }
-# Credentials and settings only: plugin installs, logs, sessions and storage stay home.
-SKIP_IN_CONFIG = frozenset({"node_modules", "package-lock.json", "bun.lock"})
-DATA_FILES = ("auth.json", "mcp-auth.json")
+# Settings only: plugin installs, logs, sessions and storage stay home; the config files
+# themselves are written merged, with every provider's secrets replaced.
+SKIP_IN_CONFIG = frozenset(
+    {
+        "node_modules",
+        "package-lock.json",
+        "bun.lock",
+        "config.json",
+        "opencode.json",
+        "opencode.jsonc",
+    }
+)
+USER_PREFIX = "opencode-"  # upstreams named after a provider of the user's own config
+LOGIN_HINT = "run `opencode auth login` on the host"
 
 
 class OpencodeHarness:
@@ -162,26 +208,46 @@ class OpencodeHarness:
             env.setdefault(key, value)
         if opts.task == "code":  # plan/learn run attached to a person, who answers asks
             env.setdefault("OPENCODE_PERMISSION", ALLOW_ALL)
-        config = merge(_json_object(host_env.get("OPENCODE_CONFIG_CONTENT")), config_for(opts))
+        host_inline = sanitized(_json_object(host_env.get("OPENCODE_CONFIG_CONTENT")), opts)
+        config = merge(host_inline, merge(config_for(opts), routed_overrides(host_env, opts)))
         env["OPENCODE_CONFIG_CONTENT"] = json.dumps(config, separators=(",", ":"))
         return env
 
     def access(self, host_env: Mapping[str, str], host_home: Path) -> Access:
-        return Access(env_upstreams(host_env))
+        notes = project_endpoint_notes(Path.cwd())
+        try:
+            user = read_user_config(host_env, host_home)
+        except ConfigError as exc:
+            return Access(refusal=f"opencode: {exc}; fix it (opencode itself would not start)")
+        notes += wellknown_notes(user.auth)
+        found = user_upstreams(user, host_env)
+        covered = {u.name.removeprefix(USER_PREFIX) for u in found.upstreams}
+        legacy = tuple(
+            u
+            for u in env_upstreams(host_env)
+            if u.name not in covered and (not found.upstreams or _named_by_env(u, host_env))
+        )
+        return Access((*found.upstreams, *legacy), (*notes, *found.notes), found.refusal)
 
     def provision(self, *, home_seed: Path, host_home: Path, opts: AgentOptions) -> list[str]:
         copied: list[str] = []
-        config = host_home / ".config" / "opencode"
+        env = _home_env(host_home)
+        config = config_dir(env, host_home)
         if config.is_dir():
             _copy_dir(config, home_seed / ".config" / "opencode")
             copied.append("~/.config/opencode")
-        data = host_home / ".local" / "share" / "opencode"
-        for name in DATA_FILES:
-            if (data / name).is_file() and not (data / name).is_symlink():
-                dest = home_seed / ".local" / "share" / "opencode" / name
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(data / name, dest)
-                copied.append(f"~/.local/share/opencode/{name}")
+        merged = _raw_user_config(config)
+        if merged:
+            dest = home_seed / ".config" / "opencode" / "opencode.json"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(json.dumps(sanitized(merged, opts), indent=2))
+        auth, _, _ = read_auth(env, host_home)
+        if auth:
+            dest = home_seed / ".local" / "share" / "opencode" / "auth.json"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(json.dumps(placeholder_auth(auth, PLACEHOLDER), indent=2))
+            dest.chmod(0o600)
+            copied.append("~/.local/share/opencode/auth.json")
         return copied
 
     def parser(self) -> EventParser:
@@ -197,12 +263,18 @@ def endpoint_family(opts: AgentOptions) -> str | None:
     return next((f for f in PROVIDERS if opts.endpoints.get(f)), None)
 
 
+def user_mode(opts: AgentOptions) -> bool:
+    """The user's own providers are routed: their config chooses the model."""
+    return any(name.startswith(USER_PREFIX) for name in opts.endpoints)
+
+
 def model_ref(opts: AgentOptions) -> str | None:
-    """``provider/model`` for ``-m``: a bare model name belongs to the endpoint provider."""
+    """``provider/model`` for ``-m``: a bare model name belongs to the endpoint provider
+    (when ``so`` made that provider; the user's own config names its model itself)."""
     family = endpoint_family(opts)
-    if opts.model and ("/" in opts.model or family is None):
+    if opts.model and ("/" in opts.model or family is None or user_mode(opts)):
         return opts.model
-    if family is None:
+    if family is None or user_mode(opts):
         return None
     return f"{PROVIDERS[family][0]}/{opts.model or DEFAULT_MODELS[family]}"
 
@@ -218,7 +290,7 @@ def config_for(opts: AgentOptions) -> dict[str, Any]:
     if providers:
         config["provider"] = providers
     model = model_ref(opts)
-    if endpoint_family(opts) is not None and model:
+    if endpoint_family(opts) is not None and model and not user_mode(opts):
         # Titles and summaries use the "small model"; it must not be a vendor's default.
         config["small_model"] = model
     return config
@@ -249,6 +321,196 @@ def api_base_url(family: str, url: str) -> str:
     if family == "anthropic":
         return base if base.endswith("/v1") else base + "/v1"
     return base if urlsplit(base).path else base + "/v1"
+
+
+@dataclass(frozen=True)
+class Found:
+    upstreams: tuple[Upstream, ...]
+    notes: tuple[str, ...]
+    refusal: str | None
+
+
+def user_upstreams(user: UserConfig, host_env: Mapping[str, str]) -> Found:
+    """An upstream per provider the user set up in opencode (config, login, vendor key);
+    the built-in anthropic/openai with only an environment key stay with the plain-env
+    reading (:func:`env_upstreams`), as before."""
+    chosen = chosen_provider(user.config)
+    ups: list[Upstream] = []
+    notes: list[str] = []
+    refusal: str | None = None
+    for provider in providers(user, host_env):
+        if _env_only(provider) and provider.id != chosen:
+            continue
+        why = unroutable(provider)
+        if why is None:
+            upstream = _upstream(provider, user)
+            if any(u.name == upstream.name for u in ups):
+                why = f"its route name {upstream.name} is taken by another provider"
+            else:
+                ups.append(upstream)
+                continue
+        line = f"opencode: provider {provider.id!r} is not routed: {why}"
+        if provider.id == chosen and refusal is None:
+            refusal = f"{line}; choose a model of another provider (`model` or -m)"
+        else:
+            notes.append(line)
+    return Found(tuple(ups), tuple(notes), refusal)
+
+
+def _named_by_env(upstream: Upstream, host_env: Mapping[str, str]) -> bool:
+    """so's own providers for the plain environment are added next to the user's only
+    when the environment names that endpoint (a base URL or a key variable)."""
+    return upstream.source.startswith("env ") or upstream.credential.source.startswith("env ")
+
+
+def _env_only(provider: Provider) -> bool:
+    return (
+        provider.id in ("anthropic", "openai")
+        and not provider.configured
+        and provider.login is None
+        and provider.key_source.startswith("env ")
+    )
+
+
+def unroutable(provider: Provider) -> str | None:
+    if provider.api is None:
+        return (
+            f"its package {provider.npm or '(none)'} speaks no API the gateway forwards "
+            "(Anthropic Messages, OpenAI Responses/Chat Completions)"
+        )
+    if not provider.base_url:
+        return "it has no options.baseURL"
+    if provider.login is not None and provider.id in UNROUTABLE_OAUTH:
+        return f"{UNROUTABLE_OAUTH[provider.id]}; use an API key (`opencode auth login`)"
+    return None
+
+
+def _upstream(provider: Provider, user: UserConfig) -> Upstream:
+    api = provider.api
+    assert api is not None  # unroutable() said so
+    if provider.login is not None:
+        credential = _login_credential(provider, user)
+    elif provider.key:
+        kind = "auth token" if provider.key_source.startswith("env OPENCODE_AUTH") else "API key"
+        credential = Credential(kind, provider.key_source, auth_header(provider), provider.key)
+    else:
+        credential = Credential("none", "none configured")
+    return Upstream(
+        upstream_name(provider.id),
+        api,
+        upstream_base(provider),
+        provider.source,
+        credential,
+        tuple(provider.headers.items()),
+    )
+
+
+def _login_credential(provider: Provider, user: UserConfig) -> Credential:
+    login = provider.login or {}
+    if user.auth_path is None:  # OPENCODE_AUTH_CONTENT: nothing to refresh or write back
+        return Credential("OAuth login", user.auth_source, "bearer", str(login.get("access", "")))
+    token = FileToken(
+        user.auth_path,
+        AuthJsonFormat(provider.id),
+        REFRESHERS.get(provider.id),
+        label=user.auth_source,
+        login_hint=LOGIN_HINT,
+    )
+    return Credential("OAuth login", f"{user.auth_source} [{provider.id}]", "bearer", token)
+
+
+def routed_overrides(host_env: Mapping[str, str], opts: AgentOptions) -> dict[str, Any]:
+    """``provider.<id>`` for every routed provider of the user's config: its definition
+    (for providers only the host's OPENCODE_CONFIG names) with the gateway as baseURL and a
+    placeholder key. Inline config has the highest precedence opencode offers, above the
+    project's opencode.json."""
+    if not user_mode(opts):
+        return {}
+    try:
+        user = read_user_config(host_env, host_home(host_env))
+    except ConfigError:
+        return {}
+    cfg_providers = user.config.get("provider")
+    defined = cfg_providers if isinstance(cfg_providers, dict) else {}
+    out: dict[str, Any] = {}
+    for provider in providers(user, host_env):
+        url = opts.endpoints.get(upstream_name(provider.id))
+        if url is None or provider.api is None:
+            continue
+        base = _json_dict(defined.get(provider.id))
+        out[provider.id] = _routed(base, sdk_base(provider.api, url))
+    return {"provider": out} if out else {}
+
+
+def _routed(cfg: dict[str, Any], base_url: str) -> dict[str, Any]:
+    options = {k: v for k, v in _json_dict(cfg.get("options")).items() if k not in SECRET_OPTIONS}
+    return {
+        **_without_model_headers(cfg),
+        "options": {**options, "baseURL": base_url, "apiKey": PLACEHOLDER},
+    }
+
+
+def _without_model_headers(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A model's own ``headers`` may hold a credential too: they stay on the host."""
+    models = cfg.get("models")
+    if not isinstance(models, dict):
+        return cfg
+    clean = {
+        name: {k: v for k, v in m.items() if k != "headers"} if isinstance(m, dict) else m
+        for name, m in models.items()
+    }
+    return {**cfg, "models": clean}
+
+
+SECRET_OPTIONS = frozenset({"apiKey", "headers", "baseURL"})
+
+
+def sanitized(config: dict[str, Any], opts: AgentOptions) -> dict[str, Any]:
+    """``config`` with no provider credential: keys become placeholders, headers go;
+    routed providers' baseURL is the gateway."""
+    cfg_providers = config.get("provider")
+    if not isinstance(cfg_providers, dict):
+        return config
+    out: dict[str, Any] = {}
+    for pid, cfg in cfg_providers.items():
+        cfg = _json_dict(cfg)  # noqa: PLW2901
+        options = _json_dict(cfg.get("options"))
+        url = opts.endpoints.get(upstream_name(pid))
+        api = api_of(cfg, pid)
+        if url is not None and api is not None:
+            out[pid] = _routed(cfg, sdk_base(api, url))
+            continue
+        kept = {k: v for k, v in options.items() if k not in ("apiKey", "headers")}
+        if "apiKey" in options:
+            kept["apiKey"] = PLACEHOLDER
+        cfg = _without_model_headers(cfg)  # noqa: PLW2901
+        out[pid] = {**cfg, "options": kept} if "options" in cfg else cfg
+    return {**config, "provider": out}
+
+
+def _raw_user_config(config: Path) -> dict[str, Any]:
+    """The user's config files merged as written (``{env:…}`` left for opencode inside,
+    where credential variables are placeholders)."""
+    merged: dict[str, Any] = {}
+    for name in ("config.json", "opencode.json", "opencode.jsonc"):
+        path = config / name
+        if not path.is_file() or path.is_symlink():
+            continue
+        try:
+            merged = merge(merged, parse_jsonc(path.read_text(errors="replace"), name))
+        except (ConfigError, OSError):
+            continue
+    return merged
+
+
+def _home_env(home: Path) -> Mapping[str, str]:
+    """The variables that relocate opencode's files (XDG_*, OPENCODE_AUTH_CONTENT) apply
+    to the running user's home only."""
+    return os.environ if home == Path.home() else {}
+
+
+def _json_dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
