@@ -118,12 +118,13 @@ def test_the_api_and_base_url_may_be_given_per_model(tmp_path: Path) -> None:
 
 
 def test_auth_header_sends_an_anthropic_key_as_a_bearer_token(tmp_path: Path) -> None:
-    models = {
-        "providers": {
-            "gw": {"baseUrl": "https://gw", "api": "anthropic-messages", "apiKey": SECRET},
-        }
+    gw = {
+        "baseUrl": "https://gw",
+        "api": "anthropic-messages",
+        "apiKey": SECRET,
+        "authHeader": True,
     }
-    models["providers"]["gw"]["authHeader"] = True
+    models = {"providers": {"gw": gw}}
     agent_files(tmp_path, models=models)
     assert access(tmp_path)["gw"].credential.header == "bearer"
 
