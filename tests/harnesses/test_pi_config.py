@@ -358,3 +358,43 @@ def test_provision_points_every_provider_at_the_gateway_with_placeholders(
         "anthropic": endpoints["anthropic"],
         "openai-codex": endpoints["codex"],
     }
+
+
+def test_provision_keeps_no_other_credential_of_pis(tmp_path: Path) -> None:
+    """MCP servers' secrets and logins, and keys pi 0.x kept in settings.json."""
+    host = tmp_path / "host"
+    mcp = {
+        "mcpServers": {
+            "docs": {
+                "url": "https://docs/mcp",
+                "headers": {"Authorization": "Bearer ${DOCS_TOKEN}", "X-Key": SECRET},
+                "oauth": {"clientId": "c", "clientSecret": SECRET},
+            },
+            "tools": {
+                "command": "uvx",
+                "env": {"API_KEY": SECRET, "MODE": "fast", "GH": "!gh auth token", "T": "${T}"},
+            },
+        }
+    }
+    agent = agent_files(host, mcp=mcp, settings={"apiKeys": {"anthropic": SECRET}, "theme": "x"})
+    (agent / "mcp-auth.json").write_text(json.dumps({"docs": {"tokens": SECRET}}))
+    (agent / "oauth.json").write_text(json.dumps({"anthropic": {"access": SECRET}}))
+    seed = tmp_path / "seed"
+    PiHarness().provision(home_seed=seed, host_home=host, opts=AgentOptions())
+    for path in seed.rglob("*"):
+        assert not path.is_file() or SECRET not in path.read_text(), path
+    copied = seed / ".pi" / "agent"
+    assert not (copied / "mcp-auth.json").exists() and not (copied / "oauth.json").exists()
+    assert json.loads((copied / "settings.json").read_text()) == {"theme": "x"}
+    servers = json.loads((copied / "mcp.json").read_text())["mcpServers"]
+    assert servers["docs"]["headers"] == {
+        "Authorization": "Bearer ${DOCS_TOKEN}",
+        "X-Key": PLACEHOLDER,
+    }
+    assert servers["docs"]["oauth"] == {"clientId": "c", "clientSecret": PLACEHOLDER}
+    assert servers["tools"]["env"] == {
+        "API_KEY": PLACEHOLDER,
+        "MODE": "fast",
+        "GH": PLACEHOLDER,
+        "T": "${T}",
+    }

@@ -82,9 +82,31 @@ ENV_PREFIXES = (
 # Host paths that mean nothing inside the sandbox (HOME there is a fresh tmpfs).
 HOST_PATH_VARS = frozenset({"PI_CODING_AGENT_DIR", "PI_CODING_AGENT_SESSION_DIR", "PI_PACKAGE_DIR"})
 # Transcripts, logs and downloaded host binaries: not settings or credentials.
-SKIP_IN_AGENT_DIR = frozenset({"sessions", "bin", "tools", "pi-debug.log"})
+# Logins that are not model endpoints (MCP servers' OAuth tokens; pi 0.x's oauth.json)
+# stay out: no credential of any kind goes inside.
+SKIP_IN_AGENT_DIR = frozenset(
+    {
+        "sessions",
+        "bin",
+        "tools",
+        "tmp",
+        "pi-debug.log",
+        "mcp.log",
+        "crashes.json",
+        "mcp-auth.json",
+        "mcp-auth.json.lock",
+        "oauth.json",
+        "oauth.json.migrated",
+    }
+)
 # Written separately, with placeholders for every credential (and never the real ones).
-REWRITTEN = frozenset({"models.json", "auth.json", "auth.json.lock"})
+Rewrite = Callable[[dict[str, Any], AgentOptions], dict[str, Any]]
+REWRITTEN: dict[str, Rewrite] = {
+    "models.json": lambda data, opts: pi_config.sandbox_models(data, opts.endpoints),
+    "auth.json": lambda data, opts: pi_config.sandbox_auth(data),
+    "settings.json": lambda data, opts: pi_config.sandbox_settings(data),
+    "mcp.json": lambda data, opts: pi_config.sandbox_mcp(data),
+}
 
 EXTENSION_PATH = ".pi/so/endpoints.js"  # under HOME; pi expands "~/" in -e paths
 ROUTES_PATH = ".pi/so/routes.json"  # provider id -> gateway URL, written by provision
@@ -201,13 +223,10 @@ class PiHarness:
         if src.is_dir():
             dest = home_seed / ".pi" / "agent"
             _copy_agent_dir(src, dest)
-            if (src / "models.json").is_file():
-                models = pi_config.read_json(src / "models.json")
-                pi_config.write_private(
-                    dest / "models.json", pi_config.sandbox_models(models, opts.endpoints)
-                )
-            if (src / "auth.json").is_file():
-                pi_config.write_private(dest / "auth.json", pi_config.sandbox_auth(cfg.auth))
+            for name, rewrite in REWRITTEN.items():
+                if (src / name).is_file():
+                    data = pi_config.read_json(src / name)
+                    pi_config.write_private(dest / name, rewrite(data, opts))
             copied.append("~/.pi/agent")
         extension = home_seed / EXTENSION_PATH
         extension.parent.mkdir(parents=True, exist_ok=True)
@@ -223,7 +242,8 @@ class PiHarness:
 def _copy_agent_dir(src: Path, dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     for child in src.iterdir():
-        if child.name in SKIP_IN_AGENT_DIR | REWRITTEN or child.is_symlink():
+        skip = child.name in SKIP_IN_AGENT_DIR or child.name.startswith(tuple(REWRITTEN))
+        if skip or child.is_symlink():
             continue
         if child.is_dir():
             shutil.copytree(child, dest / child.name, dirs_exist_ok=True, symlinks=True)

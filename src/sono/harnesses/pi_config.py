@@ -574,6 +574,48 @@ def sandbox_auth(auth: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|AUTH|CREDENTIAL|COOKIE", re.IGNORECASE)
+
+
+def _kept(name: str, value: object, always_secret: bool) -> object:
+    """An MCP ``headers``/``env`` value for the sandbox: a ``${VAR}`` reference stays
+    (the variable is a placeholder inside); a literal that may be a credential or a
+    ``!command`` (whose output is one) becomes the placeholder."""
+    if not isinstance(value, str):
+        return value
+    if value.startswith("!"):
+        return PLACEHOLDER
+    if _ENV_REF.search(value) and interpolate(value, {}) is None:
+        return value
+    return PLACEHOLDER if always_secret or SECRET_NAME.search(name) else value
+
+
+def sandbox_mcp(data: Mapping[str, Any]) -> dict[str, Any]:
+    """mcp.json for the sandbox: MCP servers' header values, credential-named env values
+    and OAuth client secrets are placeholders (their logins, mcp-auth.json, stay out)."""
+    servers: dict[str, Any] = {}
+    for name, raw in _dict(data.get("mcpServers")).items():
+        server = dict(_dict(raw))
+        if isinstance(server.get("headers"), dict):
+            server["headers"] = {k: _kept(k, v, True) for k, v in server["headers"].items()}
+        if isinstance(server.get("env"), dict):
+            server["env"] = {k: _kept(k, v, False) for k, v in server["env"].items()}
+        oauth = _dict(server.get("oauth"))
+        if "clientSecret" in oauth:
+            server["oauth"] = {
+                **oauth,
+                "clientSecret": _kept("secret", oauth["clientSecret"], True),
+            }
+        servers[name] = server
+    return {**data, "mcpServers": servers} if servers else dict(data)
+
+
+def sandbox_settings(data: Mapping[str, Any]) -> dict[str, Any]:
+    """settings.json without ``apiKeys`` (keys pi 0.x kept there; pi moves them to
+    auth.json when it finds no auth.json, which the sandbox may not have)."""
+    return {k: v for k, v in data.items() if k != "apiKeys"}
+
+
 def routes(cfg: PiConfig, endpoints: Mapping[str, str]) -> dict[str, str]:
     """pi provider id → gateway URL, for the routing extension: every provider whose
     route the gateway serves."""
