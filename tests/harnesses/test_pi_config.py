@@ -288,11 +288,34 @@ def test_the_projects_pi_config_is_only_a_note(tmp_path: Path, project: Path) ->
     (project / ".pi" / "settings.json").write_text(json.dumps({"defaultProvider": "evil"}))
     models = {"providers": {"evil": {"baseUrl": "http://x", "apiKey": "!touch pwned"}}}
     (project / ".pi" / "models.json").write_text(json.dumps(models))
+    (project / ".pi" / "extensions").mkdir()
+    (project / ".pi" / "extensions" / "p.ts").write_text("pi.registerProvider('x', {})")
     result = PiHarness().access({}, tmp_path)
     assert result.refusal is None and result.upstreams == ()
-    assert len(result.notes) == 2
-    assert all(n.startswith("pi: the project's .pi/") and "\n" not in n for n in result.notes)
+    project_notes = [n for n in result.notes if "project's .pi/" in n]
+    assert len(project_notes) == 3 and all("\n" not in n for n in project_notes)
     assert not (project / "pwned").exists()
+    assert any(n.startswith("pi: no model provider") for n in result.notes)
+
+
+def test_what_cannot_work_inside_is_a_note(tmp_path: Path) -> None:
+    models = {
+        "providers": {
+            "split": {
+                "api": "openai-completions",
+                "models": [
+                    {"id": "a", "baseUrl": "http://a/v1"},
+                    {"id": "b", "baseUrl": "http://b/v1"},
+                ],
+            },
+        }
+    }
+    copilot = {"type": "oauth", "access": "t", "refresh": "r", "expires": 1}
+    agent_files(tmp_path, models=models, auth={"github-copilot": copilot})
+    result = PiHarness().access({}, tmp_path)
+    assert [u.name for u in result.upstreams] == ["split"]
+    assert any("'github-copilot' (~/.pi/agent/auth.json)" in n for n in result.notes)
+    assert any("'split' gives its models different baseUrls" in n for n in result.notes)
 
 
 # --- provision: the sandbox's copy ----------------------------------------------------

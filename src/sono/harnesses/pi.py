@@ -211,7 +211,8 @@ class PiHarness:
         cfg = pi_config.PiConfig.load(pi_config.agent_dir(host_env, host_home))
         upstreams = pi_config.read_upstreams(cfg, host_env, host_home)
         # The project's .pi is read from the working directory, as pi does.
-        notes = pi_config.project_notes(Path.cwd())
+        notes = pi_config.config_notes(cfg, host_home, upstreams)
+        notes += pi_config.project_notes(Path.cwd())
         refusal = pi_config.default_refusal(cfg, host_home, upstreams)
         return Access(tuple(upstreams), tuple(notes), refusal)
 

@@ -471,6 +471,45 @@ def read_upstreams(cfg: PiConfig, host_env: Mapping[str, str], host_home: Path) 
     return found
 
 
+def config_notes(cfg: PiConfig, host_home: Path, upstreams: list[Upstream]) -> list[str]:
+    """What the user configured that will not work inside, each in one line."""
+    routed = {u.name for u in upstreams}
+    notes: list[str] = []
+    for provider in cfg.providers():
+        if route_name(provider) in routed:
+            continue
+        config = _dict(cfg.models.get(provider))
+        where = (
+            shown(cfg.root / "models.json", host_home)
+            if provider in cfg.models
+            else shown(cfg.root / "auth.json", host_home)
+        )
+        if provider not in cfg.models and provider not in cfg.auth:
+            continue
+        api = provider_api(provider, config) or "its own API"
+        if api in API_KINDS:
+            notes.append(f"pi: provider {provider!r} ({where}) has no key or login: not used")
+            continue
+        notes.append(
+            f"pi: provider {provider!r} ({where}) speaks {api}, which so's model gateway "
+            "cannot carry: it is not available inside; use an Anthropic- or "
+            "OpenAI-compatible endpoint for it in models.json"
+        )
+    for provider, raw in cfg.models.items():
+        bases = {_str(_dict(m).get("baseUrl")) for m in _dict(raw).get("models") or []}
+        if route_name(provider) in routed and len(bases - {""}) > 1:
+            notes.append(
+                f"pi: provider {provider!r} gives its models different baseUrls; inside, all "
+                "of them go to the provider's first one: use one provider per endpoint"
+            )
+    if not upstreams:
+        notes.append(
+            f"pi: no model provider with a key or login in {shown(cfg.root, host_home)} or "
+            "the environment; run `pi` and /login, or add a provider to models.json"
+        )
+    return notes
+
+
 def default_refusal(cfg: PiConfig, host_home: Path, upstreams: list[Upstream]) -> str | None:
     default = _str(cfg.settings.get("defaultProvider"))
     if not default or any(u.name == route_name(default) for u in upstreams):
@@ -500,6 +539,15 @@ def project_notes(project: Path) -> list[str]:
             "the model endpoint (the agent can write that file); set it in "
             "~/.pi/agent/settings.json or pass --model"
         )
+    extensions = project / ".pi" / "extensions"
+    if extensions.is_dir() and any(
+        "registerProvider" in _head(p) for p in sorted(extensions.rglob("*"))[:50] if p.is_file()
+    ):
+        notes.append(
+            "pi: an extension in the project's .pi/extensions registers a provider: not "
+            "used on the host, and so's routing outranks it inside; register providers in "
+            "~/.pi/agent"
+        )
     for name in ("models.json", "auth.json"):
         if (project / ".pi" / name).exists():
             notes.append(
@@ -507,6 +555,14 @@ def project_notes(project: Path) -> list[str]:
                 f"directory, and the agent can write the project); put it in ~/.pi/agent/{name}"
             )
     return notes
+
+
+def _head(path: Path) -> str:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(MAX_FILE).decode(errors="replace")
+    except OSError:
+        return ""
 
 
 # --- provision: the sandbox's copy ----------------------------------------------------
