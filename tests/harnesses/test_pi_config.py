@@ -408,7 +408,7 @@ def test_provision_keeps_no_other_credential_of_pis(tmp_path: Path) -> None:
         assert not path.is_file() or SECRET not in path.read_text(), path
     copied = seed / ".pi" / "agent"
     assert not (copied / "mcp-auth.json").exists() and not (copied / "oauth.json").exists()
-    assert json.loads((copied / "settings.json").read_text()) == {"theme": "x"}
+    assert json.loads((copied / "settings.json").read_text()) == {"theme": "x", "transport": "sse"}
     servers = json.loads((copied / "mcp.json").read_text())["mcpServers"]
     assert servers["docs"]["headers"] == {
         "Authorization": "Bearer ${DOCS_TOKEN}",

@@ -668,8 +668,10 @@ def sandbox_mcp(data: Mapping[str, Any]) -> dict[str, Any]:
 
 def sandbox_settings(data: Mapping[str, Any]) -> dict[str, Any]:
     """settings.json without ``apiKeys`` (keys pi 0.x kept there; pi moves them to
-    auth.json when it finds no auth.json, which the sandbox may not have)."""
-    return {k: v for k, v in data.items() if k != "apiKeys"}
+    auth.json when it finds no auth.json, which the sandbox may not have), and with the
+    ``sse`` transport: the gateway carries HTTP requests, not WebSockets (pi's ChatGPT
+    provider tries one first)."""
+    return {**{k: v for k, v in data.items() if k != "apiKeys"}, "transport": "sse"}
 
 
 def routes(cfg: PiConfig, endpoints: Mapping[str, str]) -> dict[str, str]:
