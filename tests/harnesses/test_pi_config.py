@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import pytest
 
@@ -23,7 +26,7 @@ from sono.harnesses.pi_config import (
     interpolate,
     route_name,
 )
-from sono.net.oauth import FileToken, Tokens
+from sono.net.oauth import FileToken, Refresher, Tokens
 from sono.net.upstream import PLACEHOLDER, CredentialError, Upstream
 
 SECRET = "sk-real-secret-0123456789"
@@ -421,3 +424,50 @@ def test_provision_keeps_no_other_credential_of_pis(tmp_path: Path) -> None:
         "GH": PLACEHOLDER,
         "T": "${T}",
     }
+
+
+def test_a_due_chatgpt_login_is_refreshed_on_the_host_and_written_back_like_pi(
+    tmp_path: Path,
+) -> None:
+    """The refresh request pi sends (client id issued at login, form body, resource), and
+    the file as pi writes it: milliseconds, its margin, the other fields kept."""
+    seen: list[dict[str, list[str]]] = []
+
+    class TokenEndpoint(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"])).decode()
+            seen.append(parse_qs(body))
+            reply = json.dumps({"access_token": "new", "refresh_token": "r2", "expires_in": 3600})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply.encode())
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    login = {"type": "oauth", "access": "old", "refresh": "r1", "expires": 1, "clientId": "cid"}
+    agent = agent_files(tmp_path, auth={"openai": login, "anthropic": {"type": "api_key"}})
+    result = PiHarness().access({}, tmp_path)
+    assert any("Sign in with ChatGPT" in n for n in result.notes)
+    token = result.upstreams[0].credential.value
+    assert isinstance(token, FileToken) and token.refresher is not None
+    assert token.refresher.body("r1")["client_id"] == "cid"
+    server = HTTPServer(("127.0.0.1", 0), TokenEndpoint)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/token"
+        token.refresher = Refresher(url, token.refresher.body, form=True)
+        before = time.time()
+        assert token.token() == "new"
+    finally:
+        server.shutdown()
+    assert seen[0]["client_id"] == ["cid"] and seen[0]["refresh_token"] == ["r1"]
+    assert seen[0]["resource"] == ["https://api.openai.com/v1"]
+    stored = json.loads((agent / "auth.json").read_text())
+    assert stored["anthropic"] == {"type": "api_key"}
+    entry = stored["openai"]
+    assert (entry["access"], entry["refresh"], entry["clientId"]) == ("new", "r2", "cid")
+    expected_ms = (before + 3600) * 1000 - 180_000
+    assert expected_ms - 5000 < entry["expires"] < expected_ms + 5000

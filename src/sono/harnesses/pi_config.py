@@ -30,7 +30,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -261,9 +261,29 @@ CODEX_REFRESH = Refresher(
     },
     form=True,
 )
-OAUTH: dict[str, tuple[Refresher, int]] = {
-    "anthropic": (ANTHROPIC_REFRESH, 5 * 60 * 1000),
-    "openai-codex": (CODEX_REFRESH, 0),
+
+
+def chatgpt_refresh(client_id: str) -> Refresher:
+    """pi-ai/dist/auth/oauth/openai-chatgpt.js (Sign in with ChatGPT on the ``openai``
+    provider): the client id is the one issued at login, stored in the entry."""
+    return Refresher(
+        "https://auth.openai.com/api/accounts/oauth/token",
+        lambda refresh: {
+            "grant_type": "refresh_token",
+            "client_id": client_id,
+            "refresh_token": refresh,
+            "resource": "https://api.openai.com/v1",
+        },
+        form=True,
+    )
+
+
+# Provider -> (how to refresh its login given the auth.json entry, the expiry margin pi
+# subtracts when it stores ``expires``).
+OAUTH: dict[str, tuple[Callable[[Mapping[str, Any]], Refresher], int]] = {
+    "anthropic": (lambda entry: ANTHROPIC_REFRESH, 5 * 60 * 1000),
+    "openai-codex": (lambda entry: CODEX_REFRESH, 0),
+    "openai": (lambda entry: chatgpt_refresh(_str(entry.get("clientId"))), 3 * 60 * 1000),
 }
 
 
@@ -429,7 +449,7 @@ class Reader:
         token = FileToken(
             self.cfg.root / "auth.json",
             PiLogin(provider, margin),
-            refresher,
+            refresher(_dict(self.cfg.auth.get(provider))),
             label=f"{label} [{provider}]",
             login_hint=f"run `pi` on the host and /login {provider}",
         )
@@ -502,6 +522,12 @@ def config_notes(cfg: PiConfig, host_home: Path, upstreams: list[Upstream]) -> l
                 f"pi: provider {provider!r} gives its models different baseUrls; inside, all "
                 "of them go to the provider's first one: use one provider per endpoint"
             )
+    if _dict(cfg.auth.get("openai")).get("type") == "oauth" and "openai" in routed:
+        notes.append(
+            "pi: Sign in with ChatGPT on the openai provider: pi trims its requests for it "
+            "only when it talks to api.openai.com itself, so through so some may be refused; "
+            "an OpenAI API key or the openai-codex login (/login openai-codex) avoids that"
+        )
     if not upstreams:
         notes.append(
             f"pi: no model provider with a key or login in {shown(cfg.root, host_home)} or "
