@@ -176,6 +176,7 @@ def test_route_names() -> None:
     assert route_name("My.Proxy") == "pi-my-proxy"
     # pi posts to <base>/codex/responses unless the base ends in /codex.
     assert route_name("openai-codex") == "codex"
+    assert route_name("codex") == "pi-codex"  # a custom provider of that name
 
 
 # --- auth.json and the environment ----------------------------------------------------

@@ -106,7 +106,7 @@ def route_name(provider: str) -> str:
     ``/codex/responses`` to any other, and the gateway forwards ``/responses`` only."""
     if provider == "openai-codex":
         return "codex"
-    if NAME_RE.fullmatch(provider):
+    if NAME_RE.fullmatch(provider) and provider != "codex":
         return provider
     return "pi-" + (re.sub(r"[^a-z0-9_-]+", "-", provider.lower()).strip("-_") or "provider")[:59]
 
@@ -484,7 +484,12 @@ class Reader:
 
 def read_upstreams(cfg: PiConfig, host_env: Mapping[str, str], host_home: Path) -> list[Upstream]:
     reader = Reader(cfg, host_env, host_home)
-    found = [u for p in cfg.providers() if (u := reader.upstream(p)) is not None]
+    found: list[Upstream] = []
+    for provider in cfg.providers():
+        upstream = reader.upstream(provider)
+        # Two ids on one route (ids that sanitise alike): the first wins.
+        if upstream is not None and all(u.name != upstream.name for u in found):
+            found.append(upstream)
     default = _str(cfg.settings.get("defaultProvider"))
     # The provider pi starts with first: `so doctor` shows it at the top.
     found.sort(key=lambda u: u.name != route_name(default) if default else False)
