@@ -105,6 +105,8 @@ def test_an_openai_compatible_provider_takes_its_key_from_an_env_variable(
     up = access(tmp_path, {"OLLAMA_KEY": SECRET})["ollama"]
     assert (up.api, up.base_url) == ("openai", "http://localhost:11434/v1")
     assert (up.credential.header, up.credential.current()) == ("bearer", SECRET)
+    named = "~/.pi/agent/models.json [providers.ollama].apiKey"
+    assert up.credential.source == f"env OLLAMA_KEY (named in {named})"
     # The variable unset: pi has no key for it, and neither has the gateway.
     assert access(tmp_path)["ollama"].credential.kind == "none"
 
@@ -191,7 +193,7 @@ def test_a_stored_key_wins_over_models_json_and_the_env(tmp_path: Path) -> None:
     up = access(tmp_path, {"ANTHROPIC_API_KEY": "from-env"})["anthropic"]
     assert up.base_url == "http://local:1"
     assert up.credential.current() == SECRET
-    assert up.credential.source == "~/.pi/agent/auth.json [anthropic].key"
+    assert up.credential.source == "~/.pi/agent/auth.json [anthropic].env.MY_KEY"
 
 
 def test_builtin_providers_take_keys_from_the_env_in_pis_order(tmp_path: Path) -> None:

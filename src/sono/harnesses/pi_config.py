@@ -404,7 +404,7 @@ class Reader:
             if config.get("baseUrl") or not builtin
             else f"pi built-in provider {provider}"
         )
-        headers = self.headers(provider, config, credential)
+        headers = self.headers(provider, config)
         return Upstream(route_name(provider), kind, base, source, credential, headers)
 
     def credential(
@@ -439,6 +439,12 @@ class Reader:
         if isinstance(value, KeyCommand):
             return Credential("key command", label, "bearer" if bearer else "x-api-key", value)
         header: AuthHeader = "bearer" if bearer or ANTHROPIC_OAUTH_MARK in value else "x-api-key"
+        only = _ENV_REF.fullmatch(raw)
+        name = (only.group(1) or only.group(2)) if only else None
+        if name and env.get(name) != self.host_env.get(name):  # the entry's own "env"
+            label = label.removesuffix(".key") + f".env.{name}"
+        elif name:  # "$NAME": the value is the variable's
+            label = f"env {name} (named in {label})"
         return Credential("API key", label, header, value)
 
     def oauth(self, provider: str) -> Credential | None:
@@ -455,9 +461,7 @@ class Reader:
         )
         return Credential("OAuth login", f"{label} [{provider}]", "bearer", token)
 
-    def headers(
-        self, provider: str, config: Mapping[str, Any], credential: Credential
-    ) -> tuple[tuple[str, str], ...]:
+    def headers(self, provider: str, config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         """models.json ``headers`` resolved on the host; ChatGPT's account id header."""
         out: list[tuple[str, str]] = []
         for name, raw in _dict(config.get("headers")).items():
