@@ -31,10 +31,12 @@ from sono.harnesses.base import AgentOptions
 from sono.harnesses.pi import (
     EXTENSION_PATH,
     EXTENSION_SOURCE,
+    ROUTES_PATH,
     PiHarness,
     PiJsonParser,
     bundled_node,
 )
+from sono.net.upstream import PLACEHOLDER
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "pi"
 PI_ENTRY = "node_modules/@earendil-works/pi-coding-agent/dist/bundle/cli.js"
@@ -148,12 +150,13 @@ def test_env_forwards_provider_keys_and_pi_settings_only() -> None:
     assert env["PI_TELEMETRY"] == "0"
 
 
-def test_env_carries_endpoints_and_host_settings_win() -> None:
+def test_env_keeps_host_settings_and_the_oauth_mark_of_a_placeholder_token() -> None:
     opts = AgentOptions(endpoints={"anthropic": "http://a", "openai": "http://o/v1"})
-    env = PiHarness().env({"PI_OFFLINE": "0"}, opts)
-    assert env["SO_PI_ANTHROPIC_BASE_URL"] == "http://a"
-    assert env["SO_PI_OPENAI_BASE_URL"] == "http://o/v1"
+    env = PiHarness().env({"PI_OFFLINE": "0", "ANTHROPIC_OAUTH_TOKEN": PLACEHOLDER}, opts)
     assert env["PI_OFFLINE"] == "0"
+    # pi sends a token holding "sk-ant-oat" as an OAuth bearer token: the shape stays.
+    assert env["ANTHROPIC_OAUTH_TOKEN"].startswith("sk-ant-oat01-")
+    assert env["ANTHROPIC_OAUTH_TOKEN"].endswith(PLACEHOLDER)
 
 
 def test_provision_copies_settings_and_credentials_not_sessions(tmp_path: Path) -> None:
@@ -172,26 +175,28 @@ def test_provision_copies_settings_and_credentials_not_sessions(tmp_path: Path) 
         home_seed=seed, host_home=tmp_path / "host", opts=AgentOptions()
     ) == ["~/.pi/agent"]
     copied = seed / ".pi" / "agent"
-    assert (copied / "auth.json").read_text() == '{"anthropic": {"type": "api_key"}}'
+    # The credentials file keeps its shape (an entry without a key stays without one).
+    assert json.loads((copied / "auth.json").read_text()) == {"anthropic": {"type": "api_key"}}
     assert (copied / "settings.json").exists() and (copied / "extensions" / "mine.ts").exists()
     for skipped in ("sessions", "bin", "pi-debug.log"):
         assert not (copied / skipped).exists()
 
 
 def test_provision_always_writes_the_routing_extension(tmp_path: Path) -> None:
-    assert (
-        PiHarness().provision(
-            home_seed=tmp_path, host_home=tmp_path / "nobody", opts=AgentOptions()
-        )
-        == []
+    opts = AgentOptions(
+        endpoints={"anthropic": "http://gw/anthropic", "openai": "http://gw/openai"}
     )
+    assert PiHarness().provision(home_seed=tmp_path, host_home=tmp_path / "nobody", opts=opts) == []
     source = (tmp_path / EXTENSION_PATH).read_text()
     assert source == EXTENSION_SOURCE
-    # The extension reads exactly the variables env() sets.
-    env = PiHarness().env({}, AgentOptions(endpoints={"anthropic": "u", "openai": "v"}))
-    for var in ("SO_PI_ANTHROPIC_BASE_URL", "SO_PI_OPENAI_BASE_URL"):
-        assert var in env and f'"{var}"' in source
+    # The extension reads the routes provision wrote, keyed by pi's provider ids.
+    assert json.loads((tmp_path / ROUTES_PATH).read_text()) == {
+        "anthropic": "http://gw/anthropic",
+        "openai": "http://gw/openai",
+    }
+    assert '".pi", "so", "routes.json"' in source
     assert "registerProvider(provider, { baseUrl })" in source
+    assert 'pi.on("session_start", apply)' in source
 
 
 # --- parser: real recordings ---------------------------------------------------------

@@ -45,7 +45,13 @@ def test_pi_runs_on_bundled_node_and_commits(
             "specs/status.md": "Status: pending\n",
         },
     )
-    env = {"ANTHROPIC_BASE_URL": model_server.url, "ANTHROPIC_API_KEY": "sk-test"}
+    # pi ignores ANTHROPIC_BASE_URL (it hands each model's baseUrl to the SDK): the
+    # built-in provider is re-pointed in models.json, the key comes from the environment.
+    agent = Path.home() / ".pi" / "agent"
+    agent.mkdir(parents=True)
+    models = {"providers": {"anthropic": {"baseUrl": model_server.url}}}
+    (agent / "models.json").write_text(json.dumps(models))
+    env = {"ANTHROPIC_API_KEY": "sk-test"}
     out = so("run", "-H", "pi", "--yes", "--json", cwd=repo, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     lines = [json.loads(x) for x in out.stdout.splitlines()]
@@ -61,4 +67,5 @@ def test_pi_runs_on_bundled_node_and_commits(
     assert Path(exe).is_relative_to(AGENTS_CACHE / "pi")  # the node installed with pi
     assert int(version.lstrip("v").split(".")[0]) >= 22
     # pi reached the scripted server through the endpoint so handed it, never the vendor.
-    assert any(r.path == "/v1/messages" for r in model_server.requests)
+    posts = [r for r in model_server.requests if r.path == "/v1/messages"]
+    assert posts and all(r.headers.get("x-api-key") == "sk-test" for r in posts)

@@ -5,10 +5,15 @@ a Node 22 binary (``node-linux-<arch>``) into pi's own prefix and the harness ru
 entry script with it: ``[<prefix>/node_modules/.bin/node → real path, <pi cli.js>, …]``.
 The prefix is mounted read-only at the same path, so host paths work inside.
 
-pi ignores ``ANTHROPIC_BASE_URL`` (it passes each model's ``baseUrl`` to the SDK), and
-``models.json`` takes only literal URLs. So provisioning writes a tiny extension that
-re-points the built-in providers at ``$SO_PI_<FAMILY>_BASE_URL``; ``env`` sets those from
-``AgentOptions.endpoints`` and the argv loads the extension with ``-e`` when any is set.
+Model endpoints (see :mod:`sono.harnesses.pi_config`): :meth:`PiHarness.access` reads
+pi's agent directory on the host (``models.json`` providers, ``auth.json`` keys and OAuth
+logins, ``settings.json`` default provider, the providers' env variables) into one
+upstream per provider. Provisioning copies the agent directory with every ``baseUrl`` at
+the gateway and every credential a placeholder of the same shape, and writes a tiny
+extension (loaded with ``-e``) that points each routed provider at its gateway route:
+pi ignores ``ANTHROPIC_BASE_URL`` for built-in providers, and an extension's ``baseUrl``
+outranks ``models.json`` and, re-applied at ``session_start``, any extension the
+project brings.
 
 JSON mode shapes (pi 1.6.0, see the package's ``docs/json.md``), one object per line:
 
@@ -25,6 +30,7 @@ JSON mode shapes (pi 1.6.0, see the package's ``docs/json.md``), one object per 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import shutil
 from collections.abc import Callable, Mapping
@@ -46,6 +52,7 @@ from sono.events import (
     Usage,
     summarize,
 )
+from sono.harnesses import pi_config
 from sono.harnesses.base import Access, AgentOptions, EventParser, NpmPackage
 from sono.harnesses.jsonread import as_dict as _dict
 from sono.harnesses.jsonread import as_int as _int
@@ -53,7 +60,6 @@ from sono.harnesses.jsonread import as_num as _num
 from sono.harnesses.jsonread import as_str as _str
 from sono.harnesses.jsonread import blocks as _blocks
 from sono.harnesses.jsonread import parse_line
-from sono.net.upstream import env_upstreams
 
 PI_VERSION = "1.6.0"
 NODE_VERSION = "22.23.5"  # pi 1.6.0 declares engines.node >= 22.19.0
@@ -76,19 +82,54 @@ ENV_PREFIXES = (
 # Host paths that mean nothing inside the sandbox (HOME there is a fresh tmpfs).
 HOST_PATH_VARS = frozenset({"PI_CODING_AGENT_DIR", "PI_CODING_AGENT_SESSION_DIR", "PI_PACKAGE_DIR"})
 # Transcripts, logs and downloaded host binaries: not settings or credentials.
-SKIP_IN_AGENT_DIR = frozenset({"sessions", "bin", "tools", "pi-debug.log"})
+# Logins that are not model endpoints (MCP servers' OAuth tokens; pi 0.x's oauth.json)
+# stay out: no credential of any kind goes inside.
+SKIP_IN_AGENT_DIR = frozenset(
+    {
+        "sessions",
+        "bin",
+        "tools",
+        "tmp",
+        "pi-debug.log",
+        "mcp.log",
+        "crashes.json",
+        "mcp-auth.json",
+        "mcp-auth.json.lock",
+        "oauth.json",
+        "oauth.json.migrated",
+    }
+)
+# Written separately, with placeholders for every credential (and never the real ones).
+Rewrite = Callable[[dict[str, Any], AgentOptions], dict[str, Any]]
+REWRITTEN: dict[str, Rewrite] = {
+    "models.json": lambda data, opts: pi_config.sandbox_models(data, opts.endpoints),
+    "auth.json": lambda data, opts: pi_config.sandbox_auth(data),
+    "settings.json": lambda data, opts: pi_config.sandbox_settings(data),
+    "mcp.json": lambda data, opts: pi_config.sandbox_mcp(data),
+}
 
-ENDPOINT_ENV = {"anthropic": "SO_PI_ANTHROPIC_BASE_URL", "openai": "SO_PI_OPENAI_BASE_URL"}
 EXTENSION_PATH = ".pi/so/endpoints.js"  # under HOME; pi expands "~/" in -e paths
+ROUTES_PATH = ".pi/so/routes.json"  # provider id -> gateway URL, written by provision
 EXTENSION_SOURCE = """\
-// Written by so: points pi's built-in providers at the model endpoints so was given.
+// Written by so: points pi's providers at the model endpoints so was given.
 // pi passes each model's baseUrl to the SDK, so ANTHROPIC_BASE_URL alone is ignored.
+import { readFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { join } from "node:path";
+
 export default function (pi) {
-  const routes = { anthropic: "SO_PI_ANTHROPIC_BASE_URL", openai: "SO_PI_OPENAI_BASE_URL" };
-  for (const [provider, variable] of Object.entries(routes)) {
-    const baseUrl = process.env[variable];
-    if (baseUrl) pi.registerProvider(provider, { baseUrl });
-  }
+  let routes = {};
+  try {
+    routes = JSON.parse(readFileSync(join(homedir(), ".pi", "so", "routes.json"), "utf8"));
+  } catch {}
+  const apply = () => {
+    for (const [provider, baseUrl] of Object.entries(routes)) {
+      pi.registerProvider(provider, { baseUrl });
+    }
+  };
+  apply();
+  // Again once every extension has loaded: a project's extension must not re-point them.
+  pi.on("session_start", apply);
 }
 """
 
@@ -108,7 +149,7 @@ def pi_command(executable: str | None, node: str | None) -> list[str]:
 
 def pi_flags(opts: AgentOptions) -> list[str]:
     args: list[str] = []
-    if any(opts.endpoints.get(family) for family in ENDPOINT_ENV):
+    if opts.endpoints:
         args += ["-e", f"~/{EXTENSION_PATH}"]
     if opts.model:
         args += ["--model", opts.model]
@@ -156,9 +197,10 @@ class PiHarness:
             for k, v in host_env.items()
             if k.startswith(ENV_PREFIXES) and k not in HOST_PATH_VARS
         }
-        for family, var in ENDPOINT_ENV.items():
-            if opts.endpoints.get(family):
-                env[var] = opts.endpoints[family]
+        # An Anthropic OAuth token from the env keeps its mark inside, so pi still sends
+        # it as a bearer token with Claude Code's headers (the gateway puts the real one).
+        if env.get("ANTHROPIC_OAUTH_TOKEN"):
+            env["ANTHROPIC_OAUTH_TOKEN"] = pi_config.placeholder_access("anthropic")
         # Each iteration is a fresh process: no catalog refresh, version check or telemetry.
         env.setdefault("PI_OFFLINE", "1")
         env.setdefault("PI_SKIP_VERSION_CHECK", "1")
@@ -166,17 +208,32 @@ class PiHarness:
         return env
 
     def access(self, host_env: Mapping[str, str], host_home: Path) -> Access:
-        return Access(env_upstreams(host_env))
+        cfg = pi_config.PiConfig.load(pi_config.agent_dir(host_env, host_home))
+        upstreams = pi_config.read_upstreams(cfg, host_env, host_home)
+        # The project's .pi is read from the working directory, as pi does.
+        notes = pi_config.config_notes(cfg, host_home, upstreams)
+        notes += pi_config.project_notes(Path.cwd())
+        refusal = pi_config.default_refusal(cfg, host_home, upstreams)
+        return Access(tuple(upstreams), tuple(notes), refusal)
 
     def provision(self, *, home_seed: Path, host_home: Path, opts: AgentOptions) -> list[str]:
         copied: list[str] = []
-        src = host_home / ".pi" / "agent"
+        # provision gets no env: the host's PI_CODING_AGENT_DIR is read from the process.
+        src = pi_config.agent_dir(os.environ, host_home)
+        cfg = pi_config.PiConfig.load(src)
         if src.is_dir():
-            _copy_agent_dir(src, home_seed / ".pi" / "agent")
+            dest = home_seed / ".pi" / "agent"
+            _copy_agent_dir(src, dest)
+            for name, rewrite in REWRITTEN.items():
+                if (src / name).is_file():
+                    data = pi_config.read_json(src / name)
+                    pi_config.write_private(dest / name, rewrite(data, opts))
             copied.append("~/.pi/agent")
         extension = home_seed / EXTENSION_PATH
         extension.parent.mkdir(parents=True, exist_ok=True)
         extension.write_text(EXTENSION_SOURCE)
+        routes = pi_config.routes(cfg, opts.endpoints)
+        (home_seed / ROUTES_PATH).write_text(json.dumps(routes, indent=2))
         return copied
 
     def parser(self) -> EventParser:
@@ -186,7 +243,8 @@ class PiHarness:
 def _copy_agent_dir(src: Path, dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     for child in src.iterdir():
-        if child.name in SKIP_IN_AGENT_DIR or child.is_symlink():
+        skip = child.name in SKIP_IN_AGENT_DIR or child.name.startswith(tuple(REWRITTEN))
+        if skip or child.is_symlink():
             continue
         if child.is_dir():
             shutil.copytree(child, dest / child.name, dirs_exist_ok=True, symlinks=True)
