@@ -63,6 +63,9 @@ def test_every_credential_is_replaced_in_the_env_the_sandbox_may_see() -> None:
         "ANTHROPIC_API_KEY": "sk-ant-real-key-1",
         "GROQ_API_KEY": "gsk-real-2",
         "MY_SERVICE_TOKEN_SECRET": "s3cr3t-value",
+        "ANTHROPIC_OAUTH_TOKEN": "sk-ant-oat01-real",
+        "GITHUB_TOKEN": "ghp_real_value",
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "32000",
         "ANTHROPIC_CUSTOM_HEADERS": "X-Key: sk-ant-real-key-1",
         "EMPTY_API_KEY": "",
         "HOME": "/home/u",
@@ -70,9 +73,12 @@ def test_every_credential_is_replaced_in_the_env_the_sandbox_may_see() -> None:
     gw = gateway_for(host)
     assert gw.env["ANTHROPIC_API_KEY"] == gw.env["GROQ_API_KEY"] == PLACEHOLDER
     assert gw.env["MY_SERVICE_TOKEN_SECRET"] == PLACEHOLDER
+    assert gw.env["ANTHROPIC_OAUTH_TOKEN"] == gw.env["GITHUB_TOKEN"] == PLACEHOLDER
+    assert gw.env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "32000"
     assert gw.env["ANTHROPIC_CUSTOM_HEADERS"] == f"X-Key: {PLACEHOLDER}"
     assert gw.env["EMPTY_API_KEY"] == "" and gw.env["HOME"] == "/home/u"
-    assert not any(v in text for v in host.values() if len(v) > 8 for text in gw.env.values())
+    secrets = [v for k, v in host.items() if len(v) > 8 and k != "CLAUDE_CODE_MAX_OUTPUT_TOKENS"]
+    assert not any(v in text for v in secrets for text in gw.env.values())
 
 
 def test_auth_token_is_sent_as_bearer() -> None:

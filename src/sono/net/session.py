@@ -63,7 +63,7 @@ CREDENTIAL_VARS = frozenset(
         "AWS_BEARER_TOKEN_BEDROCK",
     }
 )
-CREDENTIAL_SUFFIXES = ("_API_KEY", "_AUTH_TOKEN", "_ACCESS_TOKEN", "_SECRET_KEY", "_SECRET")
+CREDENTIAL_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET_KEY", "_SECRET", "_PASSWORD")
 BASE_URL_VARS = {"ANTHROPIC_BASE_URL": "anthropic", "OPENAI_BASE_URL": "openai"}
 MIN_SECRET = 8  # shorter values are not looked for inside other variables
 
