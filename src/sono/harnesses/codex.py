@@ -40,6 +40,9 @@ def provider_flags(name: str, url: str) -> list[str]:
             *config_flag("model_provider", cc.OPENAI),
             *config_flag("openai_base_url", url),
             *config_flag("chatgpt_base_url", url),
+            # With a ChatGPT login codex zstd-compresses request bodies; plain JSON lets
+            # the gateway read the model it meters (the upstream takes either).
+            *config_flag("features.enable_request_compression", False),
         ]
     if name in cc.OSS_PORTS:  # its base URL comes from CODEX_OSS_BASE_URL (see env())
         return config_flag("model_provider", name)
