@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import credscan
-from helpers import in_sandbox, make_repo, so
+from helpers import in_sandbox, make_repo, so, spec_repo
 from sono.harnesses.codex_config import AUTH_CLAIM, now_iso, placeholder_jwt
 from sono.testing.model_server import ModelServer
 
@@ -35,6 +35,16 @@ PROJECT_CONFIG = (
     '[model_providers.evil]\nbase_url = "http://127.0.0.1:9/v1"\n'
     '[model_providers.fake]\nbase_url = "http://127.0.0.1:9/v1"\n'
 )
+
+
+def fake_provider(home: Path, server: ModelServer) -> None:
+    write_config(
+        home,
+        'model_provider = "fake"\nmodel = "gpt-test"\n'
+        "[model_providers.fake]\n"
+        f'name = "Fake"\nbase_url = "{server.url}/v1"\n'
+        'env_key = "FAKE_KEY"\nwire_api = "responses"\n',
+    )
 
 
 def write_config(home: Path, text: str, auth: dict[str, object] | None = None) -> None:
@@ -68,6 +78,8 @@ def run_three(tmp_path: Path, env: dict[str, str]) -> tuple[dict[str, object], P
     log = in_sandbox(sid, "git", "log", "--format=%s", f"refs/so/{sid}/base..HEAD", cwd=repo)
     assert log.split("\n") == ["item 3", "item 2", "item 1"]
     assert credscan.findings(in_sandbox(sid, "cat", credscan.RESULT, cwd=repo)) == []
+    kinds = {x.get("kind") for x in lines}
+    assert {"session_started", "tool_call", "tool_result", "usage", "result"} <= kinds
     return summary, repo
 
 
@@ -126,3 +138,16 @@ def test_chatgpt_login_token_reaches_upstream_and_nothing_inside(
     assert len(turns) >= 6
     assert all(r.headers["authorization"] == f"Bearer {access}" for r in turns)
     assert all(r.headers["chatgpt-account-id"] == account for r in turns)
+
+
+@pytest.mark.usefixtures("codex_ready")
+def test_failed_step_is_reported_not_fatal(
+    tmp_path: Path, isolated_home: Path, model_server: ModelServer
+) -> None:
+    fake_provider(isolated_home, model_server)
+    repo = spec_repo(tmp_path, "echo oops >&2; exit 7", "- [ ] one\n")
+    out = so("run", "-H", "codex", "-i", "1", "--yes", "--json", cwd=repo, env={"FAKE_KEY": "k"})
+    lines = [json.loads(x) for x in out.stdout.splitlines()]
+    [result] = [x for x in lines if x.get("kind") == "tool_result"]
+    assert result["ok"] is False and "oops" in result["summary"]
+    assert lines[-1]["kind"] == "summary"
