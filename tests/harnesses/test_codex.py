@@ -24,7 +24,7 @@ from sono.events import (
 )
 from sono.harnesses import get_harness
 from sono.harnesses.base import AgentOptions
-from sono.harnesses.codex import CodexHarness, responses_base_url
+from sono.harnesses.codex import CodexHarness
 from sono.harnesses.codex_json import CodexJsonParser, unwrap_shell
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "codex" / "exec_commit.jsonl"
@@ -84,36 +84,33 @@ def test_model_and_effort_flags() -> None:
     ]
 
 
-def test_endpoint_defines_a_responses_provider() -> None:
-    argv = CodexHarness().unattended_argv(opts(endpoints={"openai": "http://127.0.0.1:9"}))
+def test_endpoint_pins_the_users_provider_to_the_gateway() -> None:
+    argv = CodexHarness().unattended_argv(opts(endpoints={"fake": "http://127.0.0.1:9/fake"}))
     flags = [argv[i + 1] for i, a in enumerate(argv) if a == "-c"]
     assert flags == [
         "check_for_update_on_startup=false",
-        'model_provider="so"',
-        'model_providers.so.name="so"',
-        'model_providers.so.base_url="http://127.0.0.1:9/v1"',
-        'model_providers.so.env_key="OPENAI_API_KEY"',
-        'model_providers.so.wire_api="responses"',
+        'model_provider="fake"',
+        'model_providers.fake.base_url="http://127.0.0.1:9/fake"',
     ]
     assert argv[-1] == "-"
 
 
-def test_anthropic_endpoint_is_not_codex_business() -> None:
-    argv = CodexHarness().unattended_argv(opts(endpoints={"anthropic": "http://x"}))
-    assert not any("model_provider" in a for a in argv)
+def test_openai_endpoint_sets_codexs_base_urls() -> None:
+    argv = CodexHarness().unattended_argv(opts(endpoints={"openai": "http://gw/openai"}))
+    flags = [argv[i + 1] for i, a in enumerate(argv) if a == "-c"]
+    assert flags[1:] == [
+        'model_provider="openai"',
+        'openai_base_url="http://gw/openai"',
+        'chatgpt_base_url="http://gw/openai"',
+        "features.enable_request_compression=false",
+    ]
 
 
-@pytest.mark.parametrize(
-    ("url", "base"),
-    [
-        ("http://127.0.0.1:8080", "http://127.0.0.1:8080/v1"),
-        ("http://127.0.0.1:8080/", "http://127.0.0.1:8080/v1"),
-        ("https://api.openai.com/v1", "https://api.openai.com/v1"),
-        ("https://gw.example/openai/v1/", "https://gw.example/openai/v1"),
-    ],
-)
-def test_base_url_gets_v1_only_when_bare(url: str, base: str) -> None:
-    assert responses_base_url(url) == base
+def test_oss_endpoint_goes_through_codexs_own_variable() -> None:
+    endpoint = AgentOptions(endpoints={"ollama": "http://gw/ollama"})
+    argv = CodexHarness().unattended_argv(endpoint)
+    assert 'model_provider="ollama"' in argv
+    assert CodexHarness().env({}, endpoint) == {"CODEX_OSS_BASE_URL": "http://gw/ollama"}
 
 
 def test_interactive_argv_passes_prompt_and_never_bypasses() -> None:
@@ -126,7 +123,7 @@ def test_interactive_argv_passes_prompt_and_never_bypasses() -> None:
 # --- env, provisioning, efforts -------------------------------------------------------------
 
 
-def test_env_forwards_only_openai_credentials() -> None:
+def test_env_forwards_only_codexs_key_variables() -> None:
     host = {
         "OPENAI_API_KEY": "k",
         "CODEX_API_KEY": "c",
@@ -136,14 +133,7 @@ def test_env_forwards_only_openai_credentials() -> None:
         "GITHUB_TOKEN": "no",
     }
     env = CodexHarness().env(host, AgentOptions())
-    assert env == {"OPENAI_API_KEY": "k", "CODEX_API_KEY": "c", "OPENAI_BASE_URL": "http://x"}
-
-
-def test_env_fills_the_provider_key_codex_insists_on() -> None:
-    endpoint = AgentOptions(endpoints={"openai": "http://x"})
-    assert CodexHarness().env({}, endpoint)["OPENAI_API_KEY"] == "sk-so-placeholder"
-    assert CodexHarness().env({"CODEX_API_KEY": "c"}, endpoint)["OPENAI_API_KEY"] == "c"
-    assert "OPENAI_API_KEY" not in CodexHarness().env({}, AgentOptions())
+    assert env == {"OPENAI_API_KEY": "k", "CODEX_API_KEY": "c"}
 
 
 def test_provision_copies_auth_and_config_only(tmp_path: Path) -> None:
@@ -162,6 +152,7 @@ def test_provision_copies_auth_and_config_only(tmp_path: Path) -> None:
     )
     assert copied == ["~/.codex/auth.json", "~/.codex/config.toml"]
     assert sorted(p.name for p in (seed / ".codex").iterdir()) == ["auth.json", "config.toml"]
+    # Without a gateway (a sandbox on the host's network) the files are copied as they are.
     assert (seed / ".codex" / "auth.json").read_text() == '{"OPENAI_API_KEY": "k"}'
 
 

@@ -164,7 +164,8 @@ def test_function_tool_gets_a_function_call() -> None:
     routed = handle(body)
     assert routed.json is not None
     assert json.loads(routed.json["output"][-1]["arguments"]) == {
-        "cmd": "echo \"2 of 5\" > 'x.txt'"
+        "cmd": "echo \"2 of 5\" > 'x.txt'",
+        "yield_time_ms": 30000,
     }
 
 
@@ -224,7 +225,7 @@ def test_function_call_arguments_stream() -> None:
     body = {"input": PROMPT, "tools": [{"type": "function", "name": "exec_command"}]}
     events = streamed(handle({**body, "stream": True}))
     args = "".join(e["delta"] for e in events if e["type"].endswith("arguments.delta"))
-    assert json.loads(args) == {"cmd": "echo \"2 of 5\" > 'x.txt'"}
+    assert json.loads(args) == {"cmd": "echo \"2 of 5\" > 'x.txt'", "yield_time_ms": 30000}
 
 
 @pytest.mark.parametrize(

@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import json
 import shutil
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
-from urllib.parse import urlsplit
 
+from sono.harnesses import codex_config as cc
 from sono.harnesses.base import Access, AgentOptions, EventParser, NpmPackage
 from sono.harnesses.codex_json import CodexJsonParser
-from sono.net.upstream import env_upstreams
 
-ENV_VARS = ("OPENAI_API_KEY", "CODEX_API_KEY", "OPENAI_BASE_URL")
-# Credentials and settings only: sessions/, log/, history and caches stay on the host.
-COPIED_FILES = ("auth.json", "config.toml")
-PROVIDER = "so"  # the model provider `so` defines when the user gives a base URL
-KEY_VAR = "OPENAI_API_KEY"
-# codex refuses to start a turn when the provider's env_key is unset; a local endpoint
-# usually needs no key, so it gets a placeholder rather than a failed run.
-PLACEHOLDER_KEY = "sk-so-placeholder"
+# The key variables codex reads itself; they reach the sandbox only as placeholders.
+ENV_VARS = ("OPENAI_API_KEY", "CODEX_API_KEY")
+COPIED_FILES = (cc.AUTH, cc.CONFIG)  # sessions/, log/, history and caches stay on the host
+PROJECT_KEYS = (
+    "model_provider",
+    "model_providers",
+    "openai_base_url",
+    "chatgpt_base_url",
+    "profile",
+    "profiles",
+)
 
 
 def config_flag(key: str, value: str | bool) -> list[str]:
@@ -29,24 +32,50 @@ def config_flag(key: str, value: str | bool) -> list[str]:
     return ["-c", f"{key}={text}"]
 
 
-def responses_base_url(url: str) -> str:
-    """codex POSTs ``<base_url>/responses``. A bare host gets ``/v1``; a URL with a path
-    (``https://host/v1``, ``https://gw/openai/v1``) is taken as the full API base, as the
-    OpenAI SDKs read ``OPENAI_BASE_URL``."""
-    url = url.rstrip("/")
-    return url if urlsplit(url).path else url + "/v1"
-
-
-def provider_flags(base_url: str) -> list[str]:
-    """A custom Responses API provider; the built-in one would try WebSockets first."""
-    prefix = f"model_providers.{PROVIDER}"
+def provider_flags(name: str, url: str) -> list[str]:
+    """Pin the provider ``so`` serves under ``name`` to the gateway's ``url``: ``-c`` is
+    the highest layer codex has, above a project's ``.codex/config.toml``."""
+    if name == cc.OPENAI:
+        return [
+            *config_flag("model_provider", cc.OPENAI),
+            *config_flag("openai_base_url", url),
+            *config_flag("chatgpt_base_url", url),
+            # With a ChatGPT login codex zstd-compresses request bodies; plain JSON lets
+            # the gateway read the model it meters (the upstream takes either).
+            *config_flag("features.enable_request_compression", False),
+        ]
+    if name in cc.OSS_PORTS:  # its base URL comes from CODEX_OSS_BASE_URL (see env())
+        return config_flag("model_provider", name)
     return [
-        *config_flag("model_provider", PROVIDER),
-        *config_flag(f"{prefix}.name", PROVIDER),
-        *config_flag(f"{prefix}.base_url", responses_base_url(base_url)),
-        *config_flag(f"{prefix}.env_key", KEY_VAR),
-        *config_flag(f"{prefix}.wire_api", "responses"),
+        *config_flag("model_provider", name),
+        *config_flag(f"model_providers.{name}.base_url", url),
     ]
+
+
+def codex_endpoint(opts: AgentOptions) -> tuple[str, str] | None:
+    """codex talks to one provider: the one upstream its access() named."""
+    return next(iter(opts.endpoints.items()), None)
+
+
+def project_notes(start: Path) -> tuple[str, ...]:
+    """A project's ``.codex/config.toml`` is agent-writable: never used on the host."""
+    for directory in (start, *start.parents):
+        path = directory / ".codex" / cc.CONFIG
+        if path.is_file():
+            try:
+                data = tomllib.loads(path.read_text())
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+                data = {}
+            keys = [k for k in PROJECT_KEYS if k in data]
+            if keys:
+                return (
+                    f"{path} sets {', '.join(keys)}: not used (the project is agent-writable); "
+                    "put providers in ~/.codex/config.toml",
+                )
+            return ()
+        if (directory / ".git").exists():
+            return ()
+    return ()
 
 
 class CodexHarness:
@@ -75,9 +104,9 @@ class CodexHarness:
             args += config_flag("model_reasoning_effort", opts.effort)
         # The sandbox's HOME is fresh every run: nobody could act on an update notice.
         args += config_flag("check_for_update_on_startup", False)
-        base_url = opts.endpoints.get("openai")
-        if base_url:
-            args += provider_flags(base_url)
+        endpoint = codex_endpoint(opts)
+        if endpoint:
+            args += provider_flags(*endpoint)
         return args
 
     def unattended_argv(self, opts: AgentOptions) -> list[str]:
@@ -98,23 +127,51 @@ class CodexHarness:
 
     def env(self, host_env: Mapping[str, str], opts: AgentOptions) -> dict[str, str]:
         env = {k: host_env[k] for k in ENV_VARS if host_env.get(k)}
-        if opts.endpoints.get("openai") and KEY_VAR not in env:
-            env[KEY_VAR] = env.get("CODEX_API_KEY", PLACEHOLDER_KEY)
+        endpoint = codex_endpoint(opts)
+        if endpoint and endpoint[0] in cc.OSS_PORTS:
+            env["CODEX_OSS_BASE_URL"] = endpoint[1]
         return env
 
     def access(self, host_env: Mapping[str, str], host_home: Path) -> Access:
-        return Access(env_upstreams(host_env))
+        notes = project_notes(Path.cwd())
+        if host_env.get("CODEX_HOME"):
+            notes += ("CODEX_HOME is set: so reads ~/.codex only (unset it or link it there)",)
+        codex_home = host_home / ".codex"
+        try:
+            config = cc.read_config(codex_home)
+            choice = cc.choose(config)
+            auth = cc.read_auth(codex_home)
+            upstream = cc.upstream_for(choice, config, auth, host_env, codex_home)
+        except cc.ConfigError as exc:
+            return Access(notes=notes, refusal=f"codex: {exc}")
+        return Access((upstream,), notes)
 
     def provision(self, *, home_seed: Path, host_home: Path, opts: AgentOptions) -> list[str]:
+        """The sandbox's ``~/.codex``: ``config.toml`` pointed at the gateway and
+        ``auth.json`` with placeholders. Without a gateway (a sandbox made before the
+        network policy, on the host's network) the files are copied as they are."""
+        src, dest = host_home / ".codex", home_seed / ".codex"
+        endpoint = codex_endpoint(opts)
         copied: list[str] = []
         for name in COPIED_FILES:
-            src = host_home / ".codex" / name
-            if src.is_file() and not src.is_symlink():
-                dest = home_seed / ".codex" / name
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, dest)
-                copied.append(f"~/.codex/{name}")
+            if not (src / name).is_file() or (src / name).is_symlink():
+                continue
+            dest.mkdir(parents=True, exist_ok=True)
+            if endpoint is None:
+                shutil.copy2(src / name, dest / name)
+            else:
+                (dest / name).write_text(self._sandbox_file(src, name, endpoint))
+                (dest / name).chmod(0o600)
+            copied.append(f"~/.codex/{name}")
         return copied
+
+    def _sandbox_file(self, src: Path, name: str, endpoint: tuple[str, str]) -> str:
+        if name == cc.AUTH:
+            return json.dumps(cc.sandbox_auth(cc.read_auth(src)), indent=2)
+        config = cc.read_config(src)
+        choice = cc.choose(config)
+        url = endpoint[1] if choice.name == endpoint[0] else None
+        return cc.dumps(cc.sandbox_config(config, choice, url))
 
     def parser(self) -> EventParser:
         return CodexJsonParser()

@@ -207,10 +207,13 @@ def exec_js(command: str) -> str:
     )
 
 
+EXEC_YIELD_MS = 30_000
+
+
 def function_args(name: str, command: str) -> dict[str, Any]:
     """Arguments in the shape each known shell function tool takes."""
-    if name == "exec_command":
-        return {"cmd": command}
+    if name == "exec_command":  # its longest wait: a step that runs longer is cut short
+        return {"cmd": command, "yield_time_ms": EXEC_YIELD_MS}
     if name == "shell":  # codex's older shell tool takes an argv
         return {"command": ["bash", "-lc", command]}
     return {"command": command}
