@@ -296,3 +296,13 @@ def test_project_config_is_a_note_never_used(
 def test_dumps_round_trips() -> None:
     data = {"a": 1, "s": 'q"x', "t": {"k-1": [1, 2], "in": {"x": True}, "sub": {"deep": "v"}}}
     assert tomllib.loads(dumps(data)) == data
+
+
+def test_openai_base_url_from_the_environment_is_still_honoured(tmp_path: Path) -> None:
+    home = home_with(tmp_path)
+    up = only(access(home, {"OPENAI_API_KEY": "sk-real-env", "OPENAI_BASE_URL": "http://box:8"}))
+    assert (up.base_url, up.source) == ("http://box:8/v1", "env OPENAI_BASE_URL")
+    assert up.credential.source == "env OPENAI_API_KEY"
+    configured = home_with(tmp_path / "b", 'openai_base_url = "http://cfg:9/v1"\n')
+    up = only(access(configured, {"OPENAI_API_KEY": "k" * 10, "OPENAI_BASE_URL": "http://box:8"}))
+    assert up.base_url == "http://cfg:9/v1"  # the config file wins

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from sono.net.oauth import FileToken, Refresher, Tokens
 from sono.net.upstream import NO_CREDENTIAL, PLACEHOLDER, Credential, Upstream
@@ -236,8 +237,11 @@ def _openai(
     else:
         raise ConfigError(f"codex is not logged in ({LABEL}/{AUTH} is missing); {LOGIN_HINT}")
     configured = _str(config.get("openai_base_url"))
+    from_env = host_env.get("OPENAI_BASE_URL", "").strip()
     if configured:
         base, source = configured, f"{LABEL}/{CONFIG} openai_base_url"
+    elif from_env:  # so's own convention since the first release: still honoured
+        base, source = responses_base(from_env), "env OPENAI_BASE_URL"
     else:
         chatgpt = cred.kind == "ChatGPT login"
         base, source = (CHATGPT_BASE if chatgpt else API_BASE), "built-in default"
@@ -271,6 +275,12 @@ def _login(
     account = account_id(tokens)
     headers = [(ACCOUNT_HEADER, account)] if account else []
     return Credential("ChatGPT login", where, "bearer", source), headers
+
+
+def responses_base(url: str) -> str:
+    """A bare host means its ``/v1`` API, as the OpenAI SDKs read ``OPENAI_BASE_URL``."""
+    url = url.rstrip("/")
+    return url if urlsplit(url).path.strip("/") else url + "/v1"
 
 
 def account_id(tokens: Mapping[str, Any]) -> str | None:
@@ -317,6 +327,8 @@ class AuthFormat:
         new = {**(old if isinstance(old, dict) else {}), "access_token": tokens.access}
         if tokens.refresh:
             new["refresh_token"] = tokens.refresh
+        if tokens.extra.get("id_token"):  # codex keeps the new id token too
+            new["id_token"] = tokens.extra["id_token"]
         return {**data, "tokens": new, "last_refresh": now_iso()}
 
 

@@ -39,6 +39,8 @@ class Tokens:
     access: str = field(repr=False)
     refresh: str | None = field(default=None, repr=False)
     expires_at: float | None = None  # epoch seconds; None: not known (never refreshed)
+    # Other tokens a refresh answered with (``id_token``), for formats that keep them.
+    extra: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 class TokenFormat(Protocol):
@@ -87,10 +89,18 @@ class Refresher:
             raise CredentialError("the token refresh answered without an access token")
         refresh = reply.get("refresh_token")
         expires_in = reply.get("expires_in")
+        extra = {
+            k: v
+            for k, v in reply.items()
+            if k.endswith("_token")
+            and k not in ("access_token", "refresh_token")
+            and isinstance(v, str)
+        }
         return Tokens(
             access,
             refresh if isinstance(refresh, str) and refresh else old.refresh,
             time.time() + expires_in if isinstance(expires_in, int | float) else None,
+            extra,
         )
 
 
@@ -176,4 +186,6 @@ class FileToken:
                 tmp.unlink()
             raise self._error("the refreshed login could not be saved") from None
         st = self.path.stat()
-        self._tokens, self._seen = tokens, (st.st_mtime_ns, st.st_size)
+        # As the format reads it back (it may know the expiry from the token itself).
+        self._tokens = self.fmt.read(data) or tokens
+        self._seen = (st.st_mtime_ns, st.st_size)
