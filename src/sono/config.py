@@ -339,8 +339,8 @@ def _specs(harness_choices: Sequence[str]) -> dict[str, _Spec]:
             _choice(harness_choices),
             f"one of {', '.join(harness_choices)}",
             "claude",
-            # Each harness copies its own credential files from your home into the sandbox.
-            trust=t.same_or("custom", "copies its credential files from your home"),
+            # Each harness spends its own login or key from your home (through the gateway).
+            trust=t.same_or("custom", "spends its login or key from your home"),
         ),
         _Spec(
             "iterations",
