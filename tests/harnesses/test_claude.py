@@ -6,10 +6,12 @@ from pathlib import Path
 from sono.harnesses import get_harness
 from sono.harnesses.base import AgentOptions
 from sono.harnesses.claude import ClaudeHarness
+from sono.net.upstream import PLACEHOLDER
 
 
 def test_unattended_argv_matches_the_seed() -> None:
     argv = ClaudeHarness().unattended_argv(AgentOptions(executable="/x/claude"))
+    flag = ClaudeHarness().overrides(AgentOptions())
     assert argv == [
         "/x/claude",
         "-p",
@@ -17,6 +19,8 @@ def test_unattended_argv_matches_the_seed() -> None:
         "--output-format",
         "stream-json",
         "--dangerously-skip-permissions",
+        "--settings",
+        json.dumps(flag),
     ]
 
 
@@ -28,11 +32,12 @@ def test_model_and_effort_flags() -> None:
 
 def test_interactive_argv_passes_prompt_and_never_bypasses() -> None:
     argv = ClaudeHarness().interactive_argv(AgentOptions(model="sonnet"), "Plan with me")
-    assert argv == ["claude", "--model", "sonnet", "Plan with me"]
+    assert argv[:1] + argv[3:] == ["claude", "--model", "sonnet", "Plan with me"]
+    assert argv[1] == "--settings"
     assert "--dangerously-skip-permissions" not in argv
 
 
-def test_env_forwards_only_claude_credentials() -> None:
+def test_env_forwards_only_claude_variables_with_placeholders() -> None:
     env = ClaudeHarness().env(
         {
             "ANTHROPIC_API_KEY": "k",
@@ -42,7 +47,7 @@ def test_env_forwards_only_claude_credentials() -> None:
         },
         AgentOptions(),
     )
-    assert env["ANTHROPIC_API_KEY"] == "k" and env["CLAUDE_CODE_OAUTH_TOKEN"] == "t"
+    assert env["ANTHROPIC_API_KEY"] == env["CLAUDE_CODE_OAUTH_TOKEN"] == PLACEHOLDER
     assert "AWS_SECRET_ACCESS_KEY" not in env and "GITHUB_TOKEN" not in env
     assert env["DISABLE_AUTOUPDATER"] == env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
 
@@ -50,7 +55,7 @@ def test_env_forwards_only_claude_credentials() -> None:
 def test_provision_copies_credentials_not_history(tmp_path: Path) -> None:
     host = tmp_path / "host"
     (host / ".claude" / "projects" / "p").mkdir(parents=True)
-    (host / ".claude" / ".credentials.json").write_text('{"token": "t"}')
+    (host / ".claude" / ".credentials.json").write_text('{"claudeAiOauth": {"accessToken": "t"}}')
     (host / ".claude" / "settings.json").write_text("{}")
     (host / ".claude" / "history.jsonl").write_text("secret prompt history")
     (host / ".claude" / "CLAUDE.md").write_text("personal memory")
@@ -59,7 +64,8 @@ def test_provision_copies_credentials_not_history(tmp_path: Path) -> None:
     seed.mkdir()
     copied = ClaudeHarness().provision(home_seed=seed, host_home=host, opts=AgentOptions())
     assert copied == ["~/.claude", "~/.claude.json"]
-    assert (seed / ".claude" / ".credentials.json").read_text() == '{"token": "t"}'
+    login = json.loads((seed / ".claude" / ".credentials.json").read_text())["claudeAiOauth"]
+    assert login["accessToken"] == PLACEHOLDER
     assert (seed / ".claude" / "settings.json").exists()
     for skipped in ("history.jsonl", "CLAUDE.md", "projects"):
         assert not (seed / ".claude" / skipped).exists()

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from sono.harnesses import claude_config as cfg
 from sono.harnesses.base import Access, AgentOptions, EventParser, NpmPackage
 from sono.harnesses.claude_stream import ClaudeStreamParser
-from sono.net.upstream import env_upstreams
+from sono.net.upstream import PLACEHOLDER
 
 ENV_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_")
 # Host state that is not a credential or setting: history, transcripts, caches.
@@ -33,6 +35,20 @@ SKIP_IN_DOT_CLAUDE = frozenset(
 )
 
 
+# Files of ~/.claude that hold endpoints or credentials: rewritten, never copied as is
+# (one that cannot be parsed is left out).
+REWRITTEN: dict[str, Callable[[dict[str, Any], str | None], dict[str, Any] | None]] = {
+    "settings.json": cfg.sandbox_settings,
+    "settings.local.json": cfg.sandbox_settings,
+    ".credentials.json": lambda data, _endpoint: cfg.sandbox_credentials(data),
+}
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    path.chmod(0o600)
+
+
 class ClaudeHarness:
     name: ClassVar[str] = "claude"
     efforts: ClassVar[tuple[str, ...]] = ("low", "medium", "high", "xhigh", "max")
@@ -42,7 +58,7 @@ class ClaudeHarness:
         return "claude"
 
     def _common(self, opts: AgentOptions) -> list[str]:
-        args = [opts.executable or "claude"]
+        args = [opts.executable or "claude", "--settings", json.dumps(self.overrides(opts))]
         if opts.model:
             args += ["--model", opts.model]
         if opts.effort:
@@ -64,8 +80,28 @@ class ClaudeHarness:
     def interactive_argv(self, opts: AgentOptions, prompt: str | None) -> list[str]:
         return [*self._common(opts), *([prompt] if prompt else [])]
 
+    def overrides(self, opts: AgentOptions) -> dict[str, Any]:
+        """``--settings``: the CLI's flag settings override the project's
+        ``.claude/settings*.json`` (only managed settings, host-only, rank higher), so the
+        agent cannot point claude elsewhere. A provider switch would bypass the gateway."""
+        env = dict.fromkeys(cfg.PROVIDER_VARS, "0")
+        endpoint = opts.endpoints.get(cfg.UPSTREAM)
+        if endpoint:
+            env["ANTHROPIC_BASE_URL"] = endpoint
+        return {"env": env}
+
     def env(self, host_env: Mapping[str, str], opts: AgentOptions) -> dict[str, str]:
-        env = {k: v for k, v in host_env.items() if k.startswith(ENV_PREFIXES)}
+        env = {
+            k: v
+            for k, v in host_env.items()
+            if k.startswith(ENV_PREFIXES) and k != "ANTHROPIC_CUSTOM_HEADERS"
+        }
+        endpoint = opts.endpoints.get(cfg.UPSTREAM)
+        if endpoint:
+            env["ANTHROPIC_BASE_URL"] = endpoint
+        for var in cfg.CREDENTIAL_KEYS:
+            if env.get(var):
+                env[var] = PLACEHOLDER
         env.setdefault("DISABLE_AUTOUPDATER", "1")
         # No telemetry or title side-requests from an unattended, fresh-context run.
         env.setdefault("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
@@ -74,9 +110,15 @@ class ClaudeHarness:
         return env
 
     def access(self, host_env: Mapping[str, str], host_home: Path) -> Access:
-        return Access(env_upstreams(host_env))
+        upstream, notes, refusal = cfg.find_upstream(host_env, host_home, project=Path.cwd())
+        return Access((upstream,) if upstream else (), notes, refusal)
 
     def provision(self, *, home_seed: Path, host_home: Path, opts: AgentOptions) -> list[str]:
+        """``~/.claude`` and ``~/.claude.json`` as the CLI needs them to run as the user
+        configured it, minus history, and with every credential a placeholder:
+        ``settings.json`` (env keys, no helper, the gateway's URL), ``.credentials.json``
+        (a placeholder login with a far expiry), ``~/.claude.json`` (no API key)."""
+        endpoint = opts.endpoints.get(cfg.UPSTREAM)
         copied: list[str] = []
         src = host_home / ".claude"
         if src.is_dir():
@@ -86,14 +128,21 @@ class ClaudeHarness:
                 if child.name in SKIP_IN_DOT_CLAUDE or child.is_symlink():
                     continue
                 target = dest / child.name
-                if child.is_dir():
+                if child.name in REWRITTEN:
+                    data = cfg.read_json(child)
+                    if data is not None:
+                        rewritten = REWRITTEN[child.name](data, endpoint)
+                        if rewritten is not None:
+                            _write_json(target, rewritten)
+                elif child.is_dir():
                     shutil.copytree(child, target, dirs_exist_ok=True, symlinks=True)
                 else:
                     shutil.copy2(child, target)
             copied.append("~/.claude")
-        if (host_home / ".claude.json").is_file():
-            # Copied, never bind-mounted: Claude rewrites it by atomic rename.
-            shutil.copy2(host_home / ".claude.json", home_seed / ".claude.json")
+        data = cfg.read_json(host_home / ".claude.json")
+        if data is not None:
+            # Written, never bind-mounted: Claude rewrites it by atomic rename.
+            _write_json(home_seed / ".claude.json", cfg.sandbox_global(data, endpoint))
             copied.append("~/.claude.json")
         return copied
 
