@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from sono.net.upstream import PLACEHOLDER, CredentialError, Upstream
 GW = "http://127.0.0.1:3129/anthropic"
 
 
-def home(tmp_path: Path, settings: dict | None = None, **files: object) -> Path:
+def home(tmp_path: Path, settings: Any = None, **files: object) -> Path:
     h = tmp_path / "home"
     (h / ".claude").mkdir(parents=True, exist_ok=True)
     if settings is not None:
@@ -36,7 +37,7 @@ def find(
     return cfg.find_upstream(env, h, managed_dir=tmp_path / "managed", project=project)
 
 
-def login(expires_ms: int = 4102444800000) -> dict:
+def login(expires_ms: int = 4102444800000) -> dict[str, Any]:
     return {
         "claudeAiOauth": {
             "accessToken": "sk-ant-oat01-SECRET",
