@@ -381,3 +381,11 @@ def test_env_points_at_the_gateway_with_placeholders() -> None:
     )
     assert env["ANTHROPIC_BASE_URL"] == GW and env["ANTHROPIC_AUTH_TOKEN"] == PLACEHOLDER
     assert "ANTHROPIC_CUSTOM_HEADERS" not in env
+
+
+def test_a_shadowed_login_and_config_dir_are_noted(tmp_path: Path) -> None:
+    h = home(tmp_path, **{"credentials": login()})
+    _, notes, _ = find(tmp_path, {"ANTHROPIC_API_KEY": "k", "CLAUDE_CONFIG_DIR": "/x"}, h)
+    assert any("login in ~/.claude/.credentials.json is not used" in n for n in notes)
+    assert any("CLAUDE_CONFIG_DIR is not followed" in n for n in notes)
+    assert find(tmp_path, {}, h)[1] == ()

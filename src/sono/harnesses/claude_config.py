@@ -336,6 +336,16 @@ def find_upstream(
         credential = oauth_login(host_home, env) or primary_key(host_home)
     if found.helper is not None and api_key:
         notes += (f"claude: {found.helper[1]} is not run: ANTHROPIC_API_KEY wins over it",)
+    if credential is not None and credential.kind != "OAuth login" and has_login(host_home):
+        notes += (
+            f"claude: the login in ~/.claude/.credentials.json is not used: {credential.source} "
+            "wins over it (as for claude -p); unset it to use the login",
+        )
+    if env.get("CLAUDE_CONFIG_DIR"):
+        notes += (
+            "claude: CLAUDE_CONFIG_DIR is not followed: so reads ~/.claude and ~/.claude.json; "
+            "unset it or move the settings there",
+        )
     upstream = Upstream(
         UPSTREAM,
         "anthropic",
@@ -345,6 +355,12 @@ def find_upstream(
         tuple(headers),
     )
     return upstream, notes, None
+
+
+def has_login(host_home: Path) -> bool:
+    data = read_json(host_home / ".claude" / ".credentials.json")
+    login = data.get("claudeAiOauth") if data else None
+    return isinstance(login, dict) and bool(login.get("accessToken"))
 
 
 def oauth_login(host_home: Path, env: Mapping[str, str]) -> Credential | None:
@@ -430,14 +446,14 @@ def sandbox_credentials(data: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def sandbox_global(data: Mapping[str, Any], endpoint: str | None) -> dict[str, Any]:
-    """``~/.claude.json`` for inside: no API key, no key approvals (they hold the keys'
-    tails; the placeholder is approved instead), placeholders in ``env`` and in the MCP
-    servers' environments and headers."""
+    """``~/.claude.json`` for inside: a placeholder API key, placeholders in ``env`` and in
+    the MCP servers' environments and headers."""
     out = dict(data)
     if out.get("primaryApiKey"):
         out["primaryApiKey"] = PLACEHOLDER
-    if "customApiKeyResponses" in out:
-        out["customApiKeyResponses"] = {"approved": [PLACEHOLDER[-20:]], "rejected": []}
+    # The interactive CLI uses ANTHROPIC_API_KEY only once approved (by the key's last 20
+    # characters): the placeholder is, the real keys' tails stay out.
+    out["customApiKeyResponses"] = {"approved": [PLACEHOLDER[-20:]], "rejected": []}
     if "env" in out:
         out["env"] = sandbox_env(env_of(out), endpoint)
     if isinstance(out.get("oauthAccount"), dict):
