@@ -57,7 +57,8 @@ def fake_home(
     return home
 
 
-def run_loop(repo: Path, home: Path, iterations: int) -> str:
+def run_loop(repo: Path, home: Path, iterations: int) -> tuple[str, str]:
+    """The credential scan's result and so's notes."""
     env = {"HOME": str(home)}
     out = so("run", "-H", "claude", "--yes", "--json", cwd=repo, env=env)
     assert out.returncode == 0, out.stderr
@@ -70,7 +71,8 @@ def run_loop(repo: Path, home: Path, iterations: int) -> str:
         sid, "git", "log", "--format=%s", f"refs/so/{sid}/base..HEAD", cwd=repo, env=env
     )
     assert log.split("\n") == [f"item {n}" for n in range(iterations, 0, -1)]
-    return in_sandbox(sid, "cat", credscan.RESULT, cwd=repo, env=env)
+    notes = "\n".join(x["message"] for x in lines if x.get("kind") == "note")
+    return in_sandbox(sid, "cat", credscan.RESULT, cwd=repo, env=env), notes
 
 
 def messages(server: ModelServer) -> list[Any]:
@@ -84,7 +86,7 @@ def test_endpoint_and_token_from_user_settings_three_iterations(
     token = credscan.real_token("sk-ant-")
     settings = {"env": {"ANTHROPIC_BASE_URL": model_server.url, "ANTHROPIC_AUTH_TOKEN": token}}
     repo = spec_repo(tmp_path, SCAN_THEN_ITEM, PLAN3)
-    scan = run_loop(repo, fake_home(tmp_path, settings), 3)
+    scan, _ = run_loop(repo, fake_home(tmp_path, settings), 3)
     assert "scanned" in scan and credscan.findings(scan) == []
     posts = messages(model_server)
     assert posts and all(r.headers.get("authorization") == f"Bearer {token}" for r in posts)
@@ -109,7 +111,7 @@ def test_oauth_login_reaches_only_the_upstream(
     # must not reach api.anthropic.com); the credential is the login alone.
     home = fake_home(tmp_path, {"env": {"ANTHROPIC_BASE_URL": model_server.url}}, login)
     repo = spec_repo(tmp_path, SCAN_THEN_ITEM, PLAN1)
-    scan = run_loop(repo, home, 1)
+    scan, _ = run_loop(repo, home, 1)
     assert "scanned" in scan and credscan.findings(scan) == []
     posts = messages(model_server)
     assert posts and all(r.headers.get("authorization") == f"Bearer {access}" for r in posts)
@@ -131,13 +133,20 @@ def test_api_key_helper_runs_on_the_host_never_the_projects(
     repo = spec_repo(tmp_path, SCAN_THEN_ITEM, PLAN1)
     (repo / ".claude").mkdir()
     (repo / ".claude" / "settings.json").write_text(
-        json.dumps({"apiKeyHelper": f"touch {project_ran}; echo project-key"})
+        json.dumps(
+            {
+                "apiKeyHelper": f"touch {project_ran}; echo project-key",
+                # so's --settings outranks the project's: claude still talks to the gateway
+                "env": {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9"},
+            }
+        )
     )
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "project settings")
-    scan = run_loop(repo, fake_home(tmp_path, settings), 1)
+    scan, notes = run_loop(repo, fake_home(tmp_path, settings), 1)
     assert "scanned" in scan and credscan.findings(scan) == []
     posts = messages(model_server)
     assert posts and all(r.headers.get("x-api-key") == key for r in posts)
     assert ran.exists()  # on the host
     assert not project_ran.exists()
+    assert ".claude/settings.json sets ANTHROPIC_BASE_URL, apiKeyHelper: not used" in notes
