@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -389,3 +392,50 @@ def test_a_shadowed_login_and_config_dir_are_noted(tmp_path: Path) -> None:
     assert any("login in ~/.claude/.credentials.json is not used" in n for n in notes)
     assert any("CLAUDE_CONFIG_DIR is not followed" in n for n in notes)
     assert find(tmp_path, {}, h)[1] == ()
+
+
+def test_an_expired_login_is_refreshed_on_the_host_and_saved_as_the_cli_does(
+    tmp_path: Path,
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            seen.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            answer = json.dumps(
+                {"access_token": "at-2", "refresh_token": "rt-2", "expires_in": 28800}
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        h = home(tmp_path, **{"credentials": login(expires_ms=int(time.time() * 1000))})
+        up, _, _ = find(tmp_path, {}, h)
+        assert up is not None and isinstance(up.credential.value, FileToken)
+        token = up.credential.value
+        assert token.refresher is not None
+        local = f"http://127.0.0.1:{server.server_address[1]}/v1/oauth/token"
+        token.refresher = dataclasses.replace(token.refresher, url=local)
+        assert up.credential.current() == "at-2"
+    finally:
+        server.shutdown()
+    assert seen == [
+        {
+            "grant_type": "refresh_token",
+            "refresh_token": "sk-ant-ort01-SECRET",
+            "client_id": cfg.CLIENT_ID,
+            "scope": "user:inference user:profile",
+        }
+    ]
+    saved = json.loads((h / ".claude" / ".credentials.json").read_text())
+    oauth = saved["claudeAiOauth"]
+    assert (oauth["accessToken"], oauth["refreshToken"]) == ("at-2", "rt-2")
+    assert abs(oauth["expiresAt"] - (time.time() + 28800) * 1000) < 60_000
+    assert oauth["subscriptionType"] == "max" and "mcpOAuth" in saved
