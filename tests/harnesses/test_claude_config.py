@@ -149,8 +149,19 @@ def test_oauth_refresh_request_is_the_clis(tmp_path: Path) -> None:
         "grant_type": "refresh_token",
         "refresh_token": "r",
         "client_id": cfg.CLIENT_ID,
-        "scope": "user:inference user:profile",
+        "scope": " ".join(cfg.DEFAULT_SCOPES),
     }
+
+
+def test_refresh_scopes_and_client_as_the_cli() -> None:
+    mine = {"scopes": ["user:inference", "user:projects:read", "x"], "subscriptionType": "pro"}
+    body = cfg.refresher(mine, {}).body("r")
+    assert body["scope"] == " ".join([*cfg.DEFAULT_SCOPES, "user:projects:read"])
+    own = {"scopes": ["user:inference", "x"], "clientId": "their-client"}
+    body = cfg.refresher(own, {"CLAUDE_CODE_OAUTH_CLIENT_ID": "env-client"}).body("r")
+    assert (body["scope"], body["client_id"]) == ("user:inference x", "their-client")
+    body = cfg.refresher({}, {"CLAUDE_CODE_OAUTH_CLIENT_ID": "env-client"}).body("r")
+    assert (body["scope"], body["client_id"]) == (" ".join(cfg.DEFAULT_SCOPES), "env-client")
 
 
 def test_credentials_format_round_trip() -> None:
@@ -431,7 +442,7 @@ def test_an_expired_login_is_refreshed_on_the_host_and_saved_as_the_cli_does(
             "grant_type": "refresh_token",
             "refresh_token": "sk-ant-ort01-SECRET",
             "client_id": cfg.CLIENT_ID,
-            "scope": "user:inference user:profile",
+            "scope": " ".join(cfg.DEFAULT_SCOPES),
         }
     ]
     saved = json.loads((h / ".claude" / ".credentials.json").read_text())

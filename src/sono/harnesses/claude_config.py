@@ -1,7 +1,8 @@
 """Claude Code's own configuration, read on the host the way the CLI reads it, and the
 sandbox's copy of it with every credential replaced by a placeholder.
 
-What the pinned CLI (@anthropic-ai/claude-code 2.1.197, its bundled ``cli.js``) does:
+What the pinned CLI does (@anthropic-ai/claude-code 2.1.197: the JavaScript bundled in
+``@anthropic-ai/claude-code-linux-x64/claude``; its settings, auth and OAuth code):
 
 - **Environment**: the process environment, then the ``env`` of ``~/.claude.json``, of the
   user settings ``~/.claude/settings.json``, of the project's ``.claude/settings.json`` and
@@ -23,7 +24,9 @@ What the pinned CLI (@anthropic-ai/claude-code 2.1.197, its bundled ``cli.js``) 
   ``CLAUDE_CODE_API_KEY_HELPER_TTL_MS`` (default 5 minutes), 10 minutes to answer.
 - **OAuth refresh**: POST ``https://platform.claude.com/v1/oauth/token`` (JSON
   ``grant_type=refresh_token``, ``refresh_token``, ``client_id``, ``scope``), client id
-  ``9d1c250a-e61b-44d9-88ed-5944d1962f5e`` (``CLAUDE_CODE_OAUTH_CLIENT_ID`` overrides).
+  ``9d1c250a-e61b-44d9-88ed-5944d1962f5e`` (the login's ``clientId`` or
+  ``CLAUDE_CODE_OAUTH_CLIENT_ID`` instead when set); the answer's ``expires_in`` is
+  seconds, ``expiresAt`` is stored in milliseconds.
 """
 
 from __future__ import annotations
@@ -55,6 +58,12 @@ DEFAULT_SCOPES = (
     "user:sessions:claude_code",
     "user:mcp_servers",
     "user:file_upload",
+)
+PRESERVED_SCOPES = (
+    "user:design:read",
+    "user:design:write",
+    "user:projects:read",
+    "user:projects:write",
 )
 # The placeholder login's expiry: far enough that the CLI inside never refreshes it (ms).
 FAR_EXPIRY_MS = 4102444800000  # 2100-01-01
@@ -215,15 +224,20 @@ class ClaudeCredentials:
 
 
 def refresher(login: Mapping[str, Any], env: Mapping[str, str]) -> Refresher:
-    """The CLI's refresh (its ``refreshOAuthToken``): JSON body with the login's scopes."""
-    scopes = login.get("scopes")
-    scope = " ".join(
-        scopes if isinstance(scopes, list) and scopes else DEFAULT_SCOPES
-    )  # as the CLI: the login's scopes, its defaults when there are none
+    """The CLI's refresh request, JSON: a claude.ai login without its own client id asks
+    for the CLI's default scopes plus the design/projects ones it holds; any other login
+    for its own scopes (the defaults when it has none). The client id is the login's, else
+    ``CLAUDE_CODE_OAUTH_CLIENT_ID``, else the CLI's."""
+    stored = login.get("scopes")
+    scopes = [x for x in stored if isinstance(x, str)] if isinstance(stored, list) else []
     client = login.get("clientId")
-    client_id = env.get("CLAUDE_CODE_OAUTH_CLIENT_ID") or (
-        client if isinstance(client, str) and client else CLIENT_ID
-    )
+    own_client = isinstance(client, str) and bool(client)
+    if not own_client and (INFERENCE_SCOPE in scopes or login.get("subscriptionType")):
+        wanted = [*DEFAULT_SCOPES, *(x for x in scopes if x in PRESERVED_SCOPES)]
+    else:
+        wanted = scopes or list(DEFAULT_SCOPES)
+    scope = " ".join(dict.fromkeys(wanted))
+    client_id = str(client) if own_client else env.get("CLAUDE_CODE_OAUTH_CLIENT_ID") or CLIENT_ID
 
     def body(refresh_token: str) -> dict[str, str]:
         return {
