@@ -1,4 +1,8 @@
-"""Claude Code: ``claude -p --verbose --output-format stream-json`` with the prompt on stdin."""
+"""Claude Code: ``claude -p --verbose --output-format stream-json`` with the prompt on stdin.
+
+Its model endpoint and credential are read on the host from its own configuration
+(:mod:`sono.harnesses.claude_config`); inside, ``--settings`` points it at the gateway and
+its files hold placeholders."""
 
 from __future__ import annotations
 
