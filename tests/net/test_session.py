@@ -204,3 +204,18 @@ def test_a_usage_log_longer_than_so_reads_is_marked_incomplete(
     net.usage_log.write_text(line * 11)
     log = net.since(s.Offsets(0, 0))
     assert log.incomplete and log.requests == 10
+
+
+def test_a_token_in_an_upstream_header_is_scrubbed_without_its_scheme() -> None:
+    from sono.net.upstream import Credential, Upstream
+
+    up = Upstream(
+        "anthropic",
+        "anthropic",
+        "https://api.anthropic.com",
+        "built-in default",
+        Credential("API key", "env ANTHROPIC_API_KEY", "x-api-key", "sk-ant-key-1"),
+        (("Authorization", "Bearer tok-real-123456"),),
+    )
+    gw = gateway_for({"MY_VAR": "prefix tok-real-123456", "OTHER": "sk-ant-key-1"}, [up])
+    assert gw.env["MY_VAR"] == f"prefix {PLACEHOLDER}" and gw.env["OTHER"] == PLACEHOLDER

@@ -89,7 +89,15 @@ class Upstream:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        return (*self.credential.secrets, *(v for _, v in self.headers if len(v) >= 8))
+        """Static credential values: the credential, each header value and, for an
+        ``Authorization``-style value, the token after its scheme."""
+        found = list(self.credential.secrets)
+        for _, value in self.headers:
+            found.append(value)
+            scheme, _, token = value.partition(" ")
+            if token and scheme.isalpha():
+                found.append(token.strip())
+        return tuple(v for v in found if len(v) >= 8)
 
 
 # Model API families as plain environment variables define them (the custom harness, and
