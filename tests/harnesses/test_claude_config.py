@@ -207,7 +207,7 @@ def test_api_key_helper_runs_on_the_host_and_is_cached(tmp_path: Path) -> None:
     assert (c.kind, c.source, c.header) == (
         "key helper",
         "~/.claude/settings.json apiKeyHelper",
-        "x-api-key",
+        "x-api-key+bearer",  # as the CLI sends a helper's key: both headers
     )
     assert not counter.exists()  # run per request by the gateway, not while reading
     assert c.current() == "helper-ok" and c.current() == "helper-ok"

@@ -147,6 +147,7 @@ def test_api_key_helper_runs_on_the_host_never_the_projects(
     assert "scanned" in scan and credscan.findings(scan) == []
     posts = messages(model_server)
     assert posts and all(r.headers.get("x-api-key") == key for r in posts)
+    assert all(r.headers.get("authorization") == f"Bearer {key}" for r in posts)
     assert ran.exists()  # on the host
     assert not project_ran.exists()
     assert ".claude/settings.json sets ANTHROPIC_BASE_URL, apiKeyHelper: not used" in notes

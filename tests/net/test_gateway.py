@@ -751,6 +751,16 @@ def test_azure_api_key_header_and_extra_headers_replace_the_clients(
     assert "acct-real" not in repr(route)
 
 
+def test_a_key_helpers_key_goes_as_both_headers(setup: Setup, model_server: ModelServer) -> None:
+    route = Route("/anthropic", model_server.url, "x-api-key+bearer", SECRET, "anthropic")
+    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+    with setup.gateway(route):
+        assert setup.post("/anthropic/v1/messages", body).status == 200
+    [seen] = model_server.requests
+    assert seen.headers["x-api-key"] == SECRET
+    assert seen.headers["authorization"] == f"Bearer {SECRET}"
+
+
 def test_a_route_without_credential_sends_none_of_the_clients(
     setup: Setup, model_server: ModelServer
 ) -> None:

@@ -333,7 +333,7 @@ def find_upstream(
         with contextlib.suppress(ValueError):
             ttl = max(0, int(env.get("CLAUDE_CODE_API_KEY_HELPER_TTL_MS") or ttl))
         token = HelperToken(cmd, source, env, ttl / 1000)
-        credential = Credential("key helper", source, "x-api-key", token)
+        credential = Credential("key helper", source, "x-api-key+bearer", token)
     if credential is not None:
         if auth_token:  # the CLI sends both: the key as x-api-key, the token as Bearer
             headers.append(("Authorization", f"Bearer {auth_token}"))

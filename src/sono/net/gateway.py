@@ -80,8 +80,15 @@ from sono.textsafe import one_line
 # "none": the upstream takes no credential (a local server): the client's are dropped.
 # "passthrough": the client's own auth headers are forwarded (a route the host holds no
 # key for and the sandbox holds its own: only for callers that want exactly that).
-AuthStyle = Literal["x-api-key", "bearer", "api-key", "none", "passthrough"]
-AUTH_STYLES: tuple[AuthStyle, ...] = ("x-api-key", "bearer", "api-key", "none", "passthrough")
+AuthStyle = Literal["x-api-key", "bearer", "api-key", "x-api-key+bearer", "none", "passthrough"]
+AUTH_STYLES: tuple[AuthStyle, ...] = (
+    "x-api-key",
+    "bearer",
+    "api-key",
+    "x-api-key+bearer",
+    "none",
+    "passthrough",
+)
 CREDENTIAL_HEADERS = frozenset({"x-api-key", "authorization", "proxy-authorization", "api-key"})
 PASSTHROUGH_AUTH = frozenset({"x-api-key", "authorization"})
 CONNECT_TIMEOUT_S = 30.0
@@ -201,11 +208,13 @@ class Route:
         key = self.key if isinstance(self.key, str) else self.key.token()
         if not _header_value(key):
             raise CredentialError(f"the credential for {self.prefix} is empty or malformed")
-        header = {
-            "bearer": ("Authorization", f"Bearer {key}"),
-            "api-key": ("api-key", key),
-        }.get(self.auth, ("x-api-key", key))
-        return [header, *self.headers]
+        bearer = ("Authorization", f"Bearer {key}")
+        headers = {
+            "bearer": [bearer],
+            "api-key": [("api-key", key)],
+            "x-api-key+bearer": [("x-api-key", key), bearer],
+        }.get(self.auth, [("x-api-key", key)])
+        return [*headers, *self.headers]
 
 
 def _header_value(value: str) -> bool:

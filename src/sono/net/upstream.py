@@ -24,8 +24,9 @@ from urllib.parse import urlsplit
 ApiKind = Literal["anthropic", "openai"]
 # How the upstream takes the credential: ``x-api-key: K`` (Anthropic API keys),
 # ``Authorization: Bearer K`` (OpenAI, OAuth, auth tokens), ``api-key: K`` (Azure), or
+# both ``x-api-key`` and ``Bearer`` (what claude sends an ``apiKeyHelper``'s key as), or
 # nothing (a local server without auth).
-AuthHeader = Literal["x-api-key", "bearer", "api-key", "none"]
+AuthHeader = Literal["x-api-key", "bearer", "api-key", "x-api-key+bearer", "none"]
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 
 # What the sandbox holds instead of any credential; the gateway replaces it.
