@@ -87,6 +87,19 @@ def pids(pattern: str) -> list[str]:
     return out.stdout.split()
 
 
+# A plan of three (one) items, and a <so-script> step that does one item per iteration
+# (``{i}`` is the iteration) and marks the status done after the last.
+PLAN3 = "# Plan\n\n- [ ] first\n- [ ] second\n- [ ] third\n"
+PLAN1 = "# Plan\n\n- [ ] only\n"
+DO_ITEM = r"""
+n={i}
+echo "item $n" > "item$n.txt"
+sed -i '0,/- \[ \]/s//- [x]/' specs/implementation-plan.md
+grep -q -- '- \[ \]' specs/implementation-plan.md || echo "Status: done" > specs/status.md
+git add -A && git commit -q -m "item $n"
+"""
+
+
 def spec_repo(tmp_path: Path, script: str, plan: str) -> Path:
     """A project whose prompt carries a `<so-script>` step for the scripted model server."""
     prompt = f"Do one item of the plan.\n<so-script>{script}</so-script>\n"

@@ -17,21 +17,12 @@ from typing import Any
 import pytest
 
 import credscan
-from helpers import git, in_sandbox, so, spec_repo
+from helpers import DO_ITEM, PLAN1, PLAN3, git, in_sandbox, so, spec_repo
 from sono.testing.model_server import ModelServer
 
 pytestmark = pytest.mark.integration
 
-DO_ITEM = r"""
-n={i}
-echo "item $n" > "item$n.txt"
-sed -i '0,/- \[ \]/s//- [x]/' specs/implementation-plan.md
-grep -q -- '- \[ \]' specs/implementation-plan.md || echo "Status: done" > specs/status.md
-git add -A && git commit -q -m "item $n"
-"""
 SCAN_THEN_ITEM = credscan.scan_step(commit=False) + "\n" + DO_ITEM
-PLAN3 = "# Plan\n\n- [ ] first\n- [ ] second\n- [ ] third\n"
-PLAN1 = "# Plan\n\n- [ ] only\n"
 
 
 @pytest.fixture(autouse=True)

@@ -13,20 +13,10 @@ from pathlib import Path
 import pytest
 
 import helpers
-from helpers import SO, git, in_sandbox, pids, so, tree_snapshot, unique_sleep
+from helpers import DO_ITEM, PLAN3, SO, git, in_sandbox, pids, so, tree_snapshot, unique_sleep
 from sono.testing.model_server import ModelServer
 
 pytestmark = pytest.mark.integration
-
-PLAN3 = "# Plan\n\n- [ ] first\n- [ ] second\n- [ ] third\n"
-# One plan item per iteration; the last one also marks the status done.
-DO_ITEM = r"""
-n={i}
-echo "item $n" > "item$n.txt"
-sed -i '0,/- \[ \]/s//- [x]/' specs/implementation-plan.md
-grep -q -- '- \[ \]' specs/implementation-plan.md || echo "Status: done" > specs/status.md
-git add -A && git commit -q -m "item $n"
-"""
 
 
 def spec_repo(tmp_path: Path, script: str, plan: str = PLAN3) -> Path:

@@ -13,13 +13,12 @@ from pathlib import Path
 import pytest
 
 import credscan
-from helpers import in_sandbox, make_repo, so, spec_repo
+from helpers import PLAN3, in_sandbox, make_repo, so, spec_repo
 from sono.harnesses.codex_config import AUTH_CLAIM, now_iso, placeholder_jwt
 from sono.testing.model_server import ModelServer
 
 pytestmark = pytest.mark.integration
 
-PLAN3 = "# Plan\n\n- [ ] first\n- [ ] second\n- [ ] third\n"
 # One plan item per iteration (after a credential scan); the last one marks the status done.
 DO_ITEM = r"""
 n=$(grep -c -- '- \[x\]' specs/implementation-plan.md); n=$((n+1))

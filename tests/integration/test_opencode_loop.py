@@ -11,20 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from helpers import in_sandbox, so, spec_repo
+from helpers import DO_ITEM, in_sandbox, so, spec_repo
 from sono.testing.model_server import ModelServer
 
 pytestmark = pytest.mark.integration
 
 PLAN2 = "# Plan\n\n- [ ] first\n- [ ] second\n"
-# One plan item per iteration; the last one also marks the status done.
-DO_ITEM = r"""
-n={i}
-echo "item $n" > "item$n.txt"
-sed -i '0,/- \[ \]/s//- [x]/' specs/implementation-plan.md
-grep -q -- '- \[ \]' specs/implementation-plan.md || echo "Status: done" > specs/status.md
-git add -A && git commit -q -m "item $n"
-"""
 
 
 @pytest.fixture

@@ -15,21 +15,11 @@ from typing import Any
 import pytest
 
 import credscan
-from helpers import git, in_sandbox, so, spec_repo
+from helpers import DO_ITEM, PLAN1, PLAN3, git, in_sandbox, so, spec_repo
 from sono.testing.model_server import ModelServer
 
 pytestmark = pytest.mark.integration
 
-PLAN3 = "# Plan\n\n- [ ] first\n- [ ] second\n- [ ] third\n"
-PLAN1 = "# Plan\n\n- [ ] only\n"
-# One plan item per iteration; the last one also marks the status done.
-DO_ITEM = r"""
-n={i}
-echo "item $n" > "item$n.txt"
-sed -i '0,/- \[ \]/s//- [x]/' specs/implementation-plan.md
-grep -q -- '- \[ \]' specs/implementation-plan.md || echo "Status: done" > specs/status.md
-git add -A && git commit -q -m "item $n"
-"""
 # Where each pi API posts on the scripted server (base URLs as a user writes them).
 API_PATHS = {
     "anthropic-messages": ("", "/v1/messages"),

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sono.net.oauth import FileToken, Refresher, Tokens
+from sono.net.oauth import FileToken, Refresher, Tokens, tokens_of
 from sono.net.upstream import PLACEHOLDER, Credential, CredentialError, Upstream
 
 UPSTREAM = "anthropic"
@@ -202,15 +202,8 @@ class ClaudeCredentials:
         login = data.get("claudeAiOauth")
         if not isinstance(login, dict):
             return None
-        access = login.get("accessToken")
-        if not isinstance(access, str) or not access:
-            return None
-        refresh = login.get("refreshToken")
-        expires = login.get("expiresAt")
-        return Tokens(
-            access,
-            refresh if isinstance(refresh, str) and refresh else None,
-            expires / 1000 if isinstance(expires, int | float) and expires else None,
+        return tokens_of(
+            login.get("accessToken"), login.get("refreshToken"), login.get("expiresAt")
         )
 
     def write(self, data: Mapping[str, Any], tokens: Tokens) -> dict[str, Any]:

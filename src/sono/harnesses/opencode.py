@@ -73,6 +73,7 @@ from sono.harnesses.opencode_config import (
     chosen_provider,
     config_dir,
     host_home,
+    merge,
     parse_jsonc,
     placeholder_auth,
     project_endpoint_notes,
@@ -511,15 +512,6 @@ def _home_env(home: Path) -> Mapping[str, str]:
 
 def _json_dict(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
-
-
-def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Deep merge of JSON objects; ``override`` wins."""
-    out = dict(base)
-    for key, value in override.items():
-        old = out.get(key)
-        out[key] = merge(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
-    return out
 
 
 def _json_object(text: str | None) -> dict[str, Any]:

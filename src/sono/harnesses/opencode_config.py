@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sono.net.oauth import Refresher, Tokens
+from sono.net.oauth import Refresher, Tokens, tokens_of
 from sono.net.upstream import ApiKind, AuthHeader
 
 CONFIG_FILES = ("config.json", "opencode.json", "opencode.jsonc")
@@ -418,16 +418,7 @@ class AuthJsonFormat:
         entry = data.get(self.provider_id)
         if not isinstance(entry, dict) or entry.get("type") != "oauth":
             return None
-        access = entry.get("access")
-        if not isinstance(access, str) or not access:
-            return None
-        refresh = entry.get("refresh")
-        expires = entry.get("expires")
-        return Tokens(
-            access,
-            refresh if isinstance(refresh, str) and refresh else None,
-            expires / 1000 if isinstance(expires, int | float) and expires > 0 else None,
-        )
+        return tokens_of(entry.get("access"), entry.get("refresh"), entry.get("expires"))
 
     def write(self, data: Mapping[str, Any], tokens: Tokens) -> dict[str, Any]:
         out = dict(data)

@@ -37,7 +37,7 @@ from typing import Any
 
 from sono import proc
 from sono.errors import SoError
-from sono.net.oauth import FileToken, Refresher, Tokens
+from sono.net.oauth import FileToken, Refresher, Tokens, tokens_of
 from sono.net.upstream import (
     NAME_RE,
     NO_CREDENTIAL,
@@ -220,14 +220,12 @@ class PiLogin:
 
     def read(self, data: Mapping[str, Any]) -> Tokens | None:
         entry = _dict(data.get(self.provider))
-        access, refresh, expires = entry.get("access"), entry.get("refresh"), entry.get("expires")
-        if entry.get("type") != "oauth" or not isinstance(access, str) or not access:
+        if entry.get("type") != "oauth":
             return None
-        return Tokens(
-            access,
-            refresh if isinstance(refresh, str) and refresh else None,
-            (expires + self.margin_ms) / 1000 if isinstance(expires, int | float) else None,
-        )
+        expires = entry.get("expires")
+        if isinstance(expires, int | float):
+            expires += self.margin_ms
+        return tokens_of(entry.get("access"), entry.get("refresh"), expires)
 
     def write(self, data: Mapping[str, Any], tokens: Tokens) -> dict[str, Any]:
         entry = dict(_dict(data.get(self.provider)))

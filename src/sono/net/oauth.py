@@ -43,6 +43,15 @@ class Tokens:
     extra: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
+def tokens_of(access: object, refresh: object, expires_ms: object) -> Tokens | None:
+    """Tokens from a login file's fields as most CLIs keep them (the expiry in epoch
+    milliseconds); None without an access token."""
+    if not isinstance(access, str) or not access:
+        return None
+    expires = expires_ms / 1000 if isinstance(expires_ms, int | float) and expires_ms > 0 else None
+    return Tokens(access, refresh if isinstance(refresh, str) and refresh else None, expires)
+
+
 class TokenFormat(Protocol):
     """One CLI's credential file."""
 
