@@ -527,7 +527,11 @@ class Loop:
             return None
         start = self.net.offsets().usage
         return health.ModelWatch(
-            self.harness.name, self.access.upstreams, self.net.usage_log, start
+            self.harness.name,
+            self.access.upstreams,
+            self.net.usage_log,
+            start,
+            startup=self.harness.npm is not None,  # a packaged agent CLI: it needs its model
         )
 
     def run_agent(self, n: int, prompt: str, name: str) -> tuple[int | None, bool, int]:
@@ -560,6 +564,8 @@ class Loop:
             def on_line(line: str) -> None:
                 nonlocal count
                 raw.write(line)
+                if watch is not None:
+                    watch.saw_line(line)
                 for event in _parse(parser, line):
                     count += 1
                     if isinstance(event, Usage):
@@ -590,7 +596,8 @@ class Loop:
                 f"iteration {n}: agent timed out after {self.opts.timeout_s:.0f}s;"
                 " its whole process tree was killed"
             )
-        diagnosis = watch.diagnosis() if watch is not None else None
+        code = None if result.timed_out or result.killed else result.returncode
+        diagnosis = watch.diagnosis(code) if watch is not None else None
         if diagnosis:
             self._model_failed = diagnosis
             stopped = "; the agent was stopped" if result.killed == health.STOP else ""

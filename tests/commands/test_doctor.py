@@ -74,3 +74,19 @@ def test_each_harness_shows_its_endpoint_and_credential_kind_never_the_value(
         for ln in claude
     ), out.stdout
     assert "codex model (selected):" in out.stdout
+
+
+def test_a_selected_harness_whose_config_is_broken_fails_the_doctor(
+    repo: Path, isolated_home: Path
+) -> None:
+    settings = isolated_home / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text('{"env": {"ANTHROPIC_BASE_URL": "http://x",}')
+    out = so("doctor", cwd=repo)
+    assert out.returncode == 1
+    assert (
+        "[FAIL] claude model (selected): its configuration cannot be read: claude: " in out.stdout
+    )
+    assert "~/.claude/settings.json is not valid JSON" in out.stdout
+    other = so("doctor", "-H", "codex", cwd=repo)
+    assert "[--  ] claude model: its configuration cannot be read" in other.stdout  # not used

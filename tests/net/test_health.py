@@ -45,7 +45,8 @@ def test_an_unreachable_upstream_stops_the_agent_with_where_it_was_configured(
     assert line == (
         "claude cannot use its model: http://127.0.0.1:9 (configured in "
         "~/.claude/settings.json env.ANTHROPIC_BASE_URL) is unreachable ([Errno 111] "
-        "Connection refused); is the model server up and reachable from here?"
+        "Connection refused); is the model server up? Else fix the endpoint in "
+        "~/.claude/settings.json env.ANTHROPIC_BASE_URL"
     )
 
 
@@ -58,6 +59,24 @@ def test_a_refused_credential_stops_at_once_and_shows_the_upstreams_words(tmp_pa
     assert line.startswith("claude cannot use its model: 401 from http://127.0.0.1:9 (")
     assert ": invalid x-api-key — the OAuth login from ~/.claude/.credentials.json was " in line
     assert "refused; renew it" in line and "tok" not in line.replace("token", "")
+
+
+def test_a_missing_credential_is_named_not_called_refused(tmp_path: Path) -> None:
+    from sono.net.upstream import Credential
+
+    bare = Upstream(
+        "pi-fake",
+        "openai",
+        "http://127.0.0.1:9/v1",
+        "~/.pi/agent/models.json [providers.fake]",
+        Credential("none", "models.json [providers.fake].apiKey names $KEY, which is not set"),
+    )
+    log = tmp_path / "usage.jsonl"
+    watch = ModelWatch("pi", [bare], log, 0, clock=lambda: 0.0)
+    log.write_text('{"route": "/pi-fake", "status": 401}\n')
+    line = watch.diagnosis() or ""
+    assert "— no credential was sent (models.json [providers.fake].apiKey names $KEY, " in line
+    assert "which is not set): configure one" in line and "refused" not in line
 
 
 def test_an_answer_in_the_iteration_means_the_model_is_reachable(tmp_path: Path) -> None:
@@ -118,3 +137,22 @@ def test_a_line_still_being_written_is_read_once_complete(tmp_path: Path) -> Non
         fh.write("01}\n")
     watch.poll()
     assert watch.failure is not None and watch.failure.status == 401
+
+
+def test_an_agent_that_exits_before_asking_its_model_says_why(tmp_path: Path) -> None:
+    watch, _log = _watch(tmp_path)
+    watch.saw_line('{"type":"thread.started"}')
+    watch.saw_line(
+        "Error loading config.toml: model_providers.fake: provider name must not be empty"
+    )
+    watch.saw_line("")
+    line = watch.diagnosis(1) or ""
+    assert line == (
+        "claude exited 1 before asking its model anything (it said: Error loading config.toml: "
+        "model_providers.fake: provider name must not be empty); fix its configuration "
+        "(`so doctor` shows what so read)"
+    )
+    assert watch.diagnosis(0) is None  # a clean exit is the agent's business
+    quiet = ModelWatch("custom", [UPSTREAM], tmp_path / "none.jsonl", 0, startup=False)
+    quiet.saw_line("boom")
+    assert quiet.diagnosis(7) is None  # a custom command may need no model at all

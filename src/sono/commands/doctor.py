@@ -63,9 +63,10 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     out += _agents()
-    out += _models(ctx, cfg.harness)
+    models, models_ok = _models(ctx, cfg.harness)
+    out += models
     print("\n".join(out))
-    return 0 if selected_ok and git and config_ok else 1
+    return 0 if selected_ok and git and config_ok and models_ok else 1
 
 
 def _workspace(name: str, backend: Backend, wanted: str) -> str:
@@ -216,28 +217,38 @@ def _agents() -> list[str]:
     return out
 
 
-def _models(ctx: Context, selected: str) -> list[str]:
+def _models(ctx: Context, selected: str) -> tuple[list[str], bool]:
     """Per harness, what its own configuration on this host makes it use: each model
     endpoint (served inside through the gateway) and the kind of credential, each with
-    where it was configured — never a value."""
+    where it was configured — never a value; False when the selected harness's setup
+    cannot run."""
     out = []
+    ok = True
     for name in available():
         harness = harness_class(name)()
         what = f"{name} model" + (" (selected)" if name == selected else "")
         try:
             access = harness.access(ctx.env, ctx.home)
         except (SoError, OSError, ValueError) as exc:
-            out.append(line(False, what, f"its configuration cannot be read: {one_line(str(exc))}"))
+            # A harness you do not use is no failure of this setup: shown, not failed.
+            failed = False if name == selected else None
+            out.append(
+                line(failed, what, f"its configuration cannot be read: {one_line(str(exc))}")
+            )
+            ok = ok and name != selected
             continue
         if access.refusal:
-            out.append(line(False, what, access.refusal))
+            out.append(
+                line(False if name == selected else None, what, one_line(access.refusal, 500))
+            )
+            ok = ok and name != selected
         for up in access.upstreams:
             cred = up.credential
             detail = (
                 f"{up.base_url} (from {up.source}) as /{up.name}; credential: {cred.kind}"
-                + ("" if cred.kind == "none" else f" (from {cred.source})")
+                + ("" if cred.source == "none configured" else f" (from {cred.source})")
                 + (f"; +{len(up.headers)} header(s)" if up.headers else "")
             )
             out.append(line(True if cred.kind != "none" else None, what, detail))
-        out += [line(None, what, note) for note in access.notes]
-    return out
+        out += [line(None, what, one_line(note, 500)) for note in access.notes]
+    return out, ok

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sono.errors import SoError
 from sono.net.oauth import FileToken, Refresher, Tokens, tokens_of
 from sono.net.upstream import PLACEHOLDER, Credential, CredentialError, Upstream
 
@@ -106,6 +107,27 @@ def read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def read_user_json(path: Path, label: str) -> dict[str, Any] | None:
+    """One of the user's own files: missing is None, but a file that is there and does not
+    parse is an error (claude would silently run without it: "Not logged in" every
+    iteration)."""
+    try:
+        with path.open("rb") as fh:
+            data = json.loads(fh.read(MAX_FILE))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SoError(f"claude: {label} cannot be read ({exc.strerror}); fix it") from None
+    except ValueError as exc:
+        raise SoError(
+            f"claude: {label} is not valid JSON ({exc}); fix it (claude itself would ignore "
+            "the whole file)"
+        ) from None
+    if not isinstance(data, dict):
+        raise SoError(f"claude: {label} is not a JSON object; fix it")
+    return data
 
 
 def env_of(data: Mapping[str, Any] | None) -> dict[str, str]:
@@ -257,8 +279,11 @@ def read_host(host_env: Mapping[str, str], host_home: Path, managed_dir: Path) -
     env: dict[str, str] = dict(host_env)
     origin = {k: f"env {k}" for k in host_env}
     layers = [
-        ("~/.claude.json env", read_json(host_home / ".claude.json")),
-        ("~/.claude/settings.json env", read_json(host_home / ".claude" / "settings.json")),
+        ("~/.claude.json env", read_user_json(host_home / ".claude.json", "~/.claude.json")),
+        (
+            "~/.claude/settings.json env",
+            read_user_json(host_home / ".claude" / "settings.json", "~/.claude/settings.json"),
+        ),
         (f"{managed_dir}/managed-settings.json env", managed_settings(managed_dir)),
     ]
     helper: tuple[str, str] | None = None
@@ -372,7 +397,7 @@ def has_login(host_home: Path) -> bool:
 
 def oauth_login(host_home: Path, env: Mapping[str, str]) -> Credential | None:
     path = host_home / ".claude" / ".credentials.json"
-    data = read_json(path)
+    data = read_user_json(path, "~/.claude/.credentials.json")
     login = data.get("claudeAiOauth") if data else None
     if not isinstance(login, dict) or not login.get("accessToken"):
         return None

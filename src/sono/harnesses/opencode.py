@@ -221,6 +221,10 @@ class OpencodeHarness:
         except ConfigError as exc:
             return Access(refusal=f"opencode: {exc}; fix it (opencode itself would not start)")
         notes += wellknown_notes(user.auth)
+        notes += [
+            f"{label} names {{env:{var}}}, which is not set: opencode gets an empty value there"
+            for var, label in user.unset
+        ]
         found = user_upstreams(user, host_env)
         covered = {u.name.removeprefix(USER_PREFIX) for u in found.upstreams}
         legacy = tuple(

@@ -138,6 +138,7 @@ class UserConfig:
     auth: dict[str, Any]
     auth_source: str
     auth_path: Path | None
+    unset: tuple[tuple[str, str], ...] = ()  # ({env:VAR} left empty, the file naming it)
 
 
 # --- files ---------------------------------------------------------------------------------
@@ -269,13 +270,17 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 def read_user_config(host_env: Mapping[str, str], home: Path) -> UserConfig:
     config: dict[str, Any] = {}
     named: dict[str, str] = {}
+    unset: dict[str, str] = {}
     for src in sources(host_env, home):
+        for var in re.findall(r"\{env:([^}]+)\}", src.text):
+            if not host_env.get(var):
+                unset.setdefault(var, src.label)
         data = parse_jsonc(substitute(src.text, host_env, src.base_dir, home), src.label)
         for pid in _dict(data.get("provider")):
             named[pid] = src.label
         config = merge(config, data)
     auth, auth_source, auth_path = read_auth(host_env, home)
-    return UserConfig(config, named, auth, auth_source, auth_path)
+    return UserConfig(config, named, auth, auth_source, auth_path, tuple(unset.items()))
 
 
 def read_auth(host_env: Mapping[str, str], home: Path) -> tuple[dict[str, Any], str, Path | None]:

@@ -128,6 +128,23 @@ def shown(path: Path, host_home: Path) -> str:
         return str(path)
 
 
+def read_user_json(path: Path, label: str) -> dict[str, Any]:
+    """One of the user's own pi files: missing → empty; there but not a JSON object →
+    an error that says so (pi would run without it, or refuse with less to go on)."""
+    try:
+        with path.open("rb") as fh:
+            data = json.loads(fh.read(MAX_FILE).decode("utf-8-sig"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SoError(f"pi: {label} cannot be read ({exc}); fix it") from None
+    except ValueError as exc:
+        raise SoError(f"pi: {label} is not valid JSON ({exc}); fix it") from None
+    if not isinstance(data, dict):
+        raise SoError(f"pi: {label} is not a JSON object; fix it")
+    return data
+
+
 def read_json(path: Path) -> dict[str, Any]:
     """A JSON object file; missing or unreadable → empty (pi reports those itself)."""
     try:
@@ -334,11 +351,14 @@ class PiConfig:
 
     @classmethod
     def load(cls, root: Path) -> PiConfig:
+        def read(name: str) -> dict[str, Any]:
+            return read_user_json(root / name, str(root / name))
+
         return cls(
             root,
-            _dict(read_json(root / "models.json").get("providers")),
-            read_json(root / "auth.json"),
-            read_json(root / "settings.json"),
+            _dict(read("models.json").get("providers")),
+            read("auth.json"),
+            read("settings.json"),
         )
 
     def providers(self) -> Iterator[str]:
@@ -432,8 +452,12 @@ class Reader:
 
     def key(self, raw: str, env: Mapping[str, str], label: str, bearer: bool) -> Credential | None:
         value = resolve_value(raw, env, label)
-        if value is None:
-            return None  # pi leaves the provider without a key too
+        if value is None:  # pi leaves the provider without a key too: say which variable
+            names = [
+                a or b for a, b, _ in _ENV_REF.findall(raw) if (a or b) and not env.get(a or b)
+            ]
+            unset = ", ".join(f"${n}" for n in names) or "a variable"
+            return Credential("none", f"{label} names {unset}, which is not set", "none")
         if isinstance(value, KeyCommand):
             return Credential("key command", label, "bearer" if bearer else "x-api-key", value)
         header: AuthHeader = "bearer" if bearer or ANTHROPIC_OAUTH_MARK in value else "x-api-key"

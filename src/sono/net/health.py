@@ -31,6 +31,7 @@ MAX_READ = 1 << 20  # per poll: more is read at the next one
 # How many failures of a kind, with no answered request in the iteration, end it.
 ENOUGH = {"auth": 1, "unreachable": 2, "not_found": 2, "server": 3, "elsewhere": 2}
 NEUTRAL = frozenset({408, 429, 529})
+LAST_WORDS = 1000
 # What agents print when they cannot connect at all (the request never reached so).
 _CONNECT_RE = re.compile(
     r"ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|Connection ?refused|Unable to connect|"
@@ -60,8 +61,14 @@ class ModelWatch:
         offset: int,
         *,
         clock: Callable[[], float] = time.monotonic,
+        startup: bool = True,
     ) -> None:
         self.harness = harness
+        # An agent that exits with an error before any model request did not start (its
+        # config, its login): the CLIs say so in their last words. Off for commands that
+        # need no model (the custom harness).
+        self.startup = startup
+        self._last_words = ""
         self.upstreams = {f"/{u.name}": u for u in upstreams}
         self.usage_log = usage_log
         self._offset = offset
@@ -77,8 +84,15 @@ class ModelWatch:
 
     # --- input -------------------------------------------------------------------------
 
+    def saw_line(self, line: str) -> None:
+        """A line of the agent's output (its last words explain an early exit)."""
+        if line.strip() and not self.requests:
+            self._last_words = line.strip()[:LAST_WORDS]
+
     def saw_error(self, text: str) -> None:
         """An error the agent reported (its parser's ``Error`` events, retry notices)."""
+        if text.strip() and not self.requests:
+            self._last_words = text.strip()[:LAST_WORDS]
         if _CONNECT_RE.search(text):
             self._agent_errors.append(one_line(text, 200))
             self._count(Failure("elsewhere", None, None, self._agent_errors[0]))
@@ -97,11 +111,20 @@ class ModelWatch:
 
     # --- output ------------------------------------------------------------------------
 
-    def diagnosis(self) -> str | None:
+    def diagnosis(self, exit_code: int | None = None) -> str | None:
         """The one line for the user when the iteration's model requests all failed (the
-        watch stopped the agent, or it gave up by itself); None when the model answered."""
+        watch stopped the agent, or it gave up by itself), or the agent exited with an
+        error (``exit_code``) before asking its model anything; None when the model
+        answered."""
         self.poll()
         failure = self.failure or self._worst()
+        if failure is None and self.startup and not self.requests and exit_code:
+            words = one_line(self._last_words, 300) or "nothing"
+            return one_line(
+                f"{self.harness} exited {exit_code} before asking its model anything (it "
+                f"said: {words}); fix its configuration (`so doctor` shows what so read)",
+                600,
+            )
         if failure is None or self.answered:
             return None
         if failure.kind == "elsewhere" and self.requests:
@@ -187,24 +210,33 @@ def describe(harness: str, failure: Failure, upstream: Upstream | None) -> str:
             "endpoints so read from its config; check the agent's own settings in the project",
             500,
         )
+    missing = renew = ""
+    where = "its configuration"
     if upstream is None:
         at, cred = f"the gateway route {failure.route}", "its credential"
     else:
+        where = upstream.source
         at = f"{upstream.base_url} (configured in {upstream.source})"
-        cred = f"the {upstream.credential.kind} from {upstream.credential.source}"
-        if upstream.credential.kind == "none":
-            cred = "no credential (none configured)"
+        credential = upstream.credential
+        cred = f"the {credential.kind} from {credential.source}"
+        if credential.kind == "none":
+            missing = f"no credential was sent ({credential.source})"
+        hint = getattr(credential.value, "login_hint", None)  # an OAuth login's own way
+        renew = f": {hint}" if isinstance(hint, str) and hint else ""
     detail = _UNREACHABLE_RE.sub("", failure.detail)
     said = f": {detail}" if detail else ""
-    if failure.kind == "auth":
-        text = (
-            f"{failure.status} from {at}{said} — {cred} was refused; renew it "
-            "(`so doctor` shows what so read)"
-        )
+    doctor = "(`so doctor` shows what so read)"
+    if failure.kind == "auth" and missing:
+        text = f"{failure.status} from {at}{said} — {missing}: configure one {doctor}"
+    elif failure.kind == "auth":
+        text = f"{failure.status} from {at}{said} — {cred} was refused; renew it{renew} {doctor}"
     elif failure.kind == "unreachable":
-        text = f"{at} is unreachable ({detail}); is the model server up and reachable from here?"
+        text = (
+            f"{at} is unreachable ({detail}); is the model server up? "
+            f"Else fix the endpoint in {where}"
+        )
     elif failure.kind == "not_found":
-        text = f"{failure.status} from {at}{said}; check the base URL"
+        text = f"{failure.status} from {at}{said}; check the base URL in {where}"
     else:
         text = f"{failure.status} from {at}{said}; the server keeps failing: try again later"
     return one_line(f"{harness} cannot use its model: {text}", 600)
