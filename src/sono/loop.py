@@ -16,7 +16,7 @@ from sono import specs
 from sono.errors import SoError
 from sono.events import Error, Event, Raw, Usage, dumps
 from sono.harnesses.base import Access, AgentOptions, EventParser, Harness
-from sono.net import health
+from sono.net import health, scrub
 from sono.net.session import NetSession, Offsets
 from sono.net.usage import Measured
 from sono.sandbox import Sandbox
@@ -216,6 +216,7 @@ class Loop:
         host_home: Path | None = None,
         net: NetSession | None = None,
         access: Access | None = None,
+        secrets: tuple[str, ...] = (),
     ) -> None:
         self.sb = sandbox
         self.harness = harness
@@ -235,6 +236,7 @@ class Loop:
         self._unmeasured: str | None = None  # a budget cannot be held: why
         self.net = net
         self.access = access or Access()  # what the harness read of its config (diagnosis)
+        self._secrets = secrets  # every credential value the host knows: never inside
 
     def planned_iterations(self) -> int:
         if not self.opts.cap_by_plan or self.opts.prompt is not None:
@@ -544,6 +546,8 @@ class Loop:
         self.harness.provision(
             home_seed=self.sb.home_seed, host_home=self.host_home, opts=self.agent
         )
+        # Whatever the harness copied, nothing shaped like a credential goes in.
+        scrub.scrub_tree(self.sb.home_seed, self._secrets)
         prompt_file = self.sb.home_seed / ".so" / "prompt.md"
         prompt_file.parent.mkdir(exist_ok=True)
         prompt_file.write_text(prompt)

@@ -788,7 +788,8 @@ def test_a_dynamic_credential_is_asked_per_request_and_its_failure_is_a_401(
     assert model_server.requests[0].headers["authorization"] == f"Bearer tok-1-{SECRET}"
     assert len(model_server.requests) == 1  # the failed credential never went upstream
     assert second.status == 401
-    assert b"the login expired; log in again" in second.body
+    assert b"the login expired" not in second.body  # the reason is the user's, not the agent's
+    assert b"credential of this route is not available" in second.body
     [_, refused] = json_lines(setup.usage)
     assert refused["status"] == 401 and "login expired" in refused["refused"]
     setup.assert_secret_never_logged()

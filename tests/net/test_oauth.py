@@ -146,3 +146,32 @@ def test_a_missing_or_empty_login_is_a_clear_error(tmp_path: Path) -> None:
     path.write_text("{}")
     with pytest.raises(CredentialError, match="holds no login"):
         _token(path, "http://127.0.0.1:9/", now=0).token()
+
+
+def test_two_so_processes_refresh_a_login_once(tmp_path: Path, endpoint: TokenEndpoint) -> None:
+    path = tmp_path / "login.json"
+    _login(path, expires_ms=1_100_000)
+    first, second = _token(path, endpoint.url, 1000.0), _token(path, endpoint.url, 1000.0)
+    results: list[str] = []
+    threads = [
+        threading.Thread(target=lambda t=t: results.append(t.token())) for t in (first, second)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == ["access-2", "access-2"]
+    assert len(endpoint.seen) == 1  # the second waited and read what the first wrote
+
+
+def test_a_linked_login_file_stays_a_link_to_the_refreshed_file(
+    tmp_path: Path, endpoint: TokenEndpoint
+) -> None:
+    real = tmp_path / "dotfiles" / "login.json"
+    real.parent.mkdir()
+    _login(real, expires_ms=0)
+    link = tmp_path / "login.json"
+    link.symlink_to(real)
+    assert _token(link, endpoint.url, now=1000.0).token() == "access-2"
+    assert link.is_symlink()
+    assert json.loads(real.read_text())["login"]["refresh"] == "refresh-2"

@@ -67,6 +67,11 @@ def test_every_credential_is_replaced_in_the_env_the_sandbox_may_see() -> None:
         "GITHUB_TOKEN": "ghp_real_value",
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "32000",
         "ANTHROPIC_CUSTOM_HEADERS": "X-Key: sk-ant-real-key-1",
+        "OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Bearer otel-real-123",
+        "MY_LLM_KEY": "llm-real-key-9",
+        "AZURE_OPENAI_KEY": "azure-real-key-7",
+        "CLAUDE_CODE_CLIENT_KEY_PASSPHRASE": "mtls-real-pass",
+        "DATABASE_URL": "postgres://app:db-real-pass@db:5432/app",
         "EMPTY_API_KEY": "",
         "HOME": "/home/u",
     }
@@ -75,7 +80,12 @@ def test_every_credential_is_replaced_in_the_env_the_sandbox_may_see() -> None:
     assert gw.env["MY_SERVICE_TOKEN_SECRET"] == PLACEHOLDER
     assert gw.env["ANTHROPIC_OAUTH_TOKEN"] == gw.env["GITHUB_TOKEN"] == PLACEHOLDER
     assert gw.env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "32000"
-    assert gw.env["ANTHROPIC_CUSTOM_HEADERS"] == f"X-Key: {PLACEHOLDER}"
+    # header-only variables are dropped (a placeholder would not parse as headers)
+    assert "ANTHROPIC_CUSTOM_HEADERS" not in gw.env
+    assert "OTEL_EXPORTER_OTLP_HEADERS" not in gw.env
+    assert gw.env["MY_LLM_KEY"] == gw.env["AZURE_OPENAI_KEY"] == PLACEHOLDER
+    assert gw.env["CLAUDE_CODE_CLIENT_KEY_PASSPHRASE"] == PLACEHOLDER
+    assert gw.env["DATABASE_URL"] == f"postgres://app:{PLACEHOLDER}@db:5432/app"
     assert gw.env["EMPTY_API_KEY"] == "" and gw.env["HOME"] == "/home/u"
     secrets = [v for k, v in host.items() if len(v) > 8 and k != "CLAUDE_CODE_MAX_OUTPUT_TOKENS"]
     assert not any(v in text for v in secrets for text in gw.env.values())

@@ -225,6 +225,7 @@ def run_loop(
             net=netted.session,
             host_home=ctx.home,
             access=netted.access,
+            secrets=netted.secrets,
         )
         return loop.run()
 
@@ -241,6 +242,7 @@ class Netted:
     host_env: Mapping[str, str]
     env: Mapping[str, str]
     access: Access = field(default_factory=Access)
+    secrets: tuple[str, ...] = field(default=(), repr=False)  # never inside: scrubbed
 
 
 @contextlib.contextmanager
@@ -271,6 +273,7 @@ def network(
             gatewayed.env,
             gatewayed.sandbox_env,
             access,
+            gatewayed.secrets,
         )
 
 

@@ -245,7 +245,7 @@ def _models(ctx: Context, selected: str) -> tuple[list[str], bool]:
         for up in access.upstreams:
             cred = up.credential
             detail = (
-                f"{up.base_url} (from {up.source}) as /{up.name}; credential: {cred.kind}"
+                f"{up.shown_url} (from {up.source}) as /{up.name}; credential: {cred.kind}"
                 + ("" if cred.source == "none configured" else f" (from {cred.source})")
                 + (f"; +{len(up.headers)} header(s)" if up.headers else "")
             )

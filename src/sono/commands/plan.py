@@ -22,6 +22,7 @@ from sono.app.context import Context
 from sono.app.runs import network, new_sandbox
 from sono.commands import _common as c
 from sono.errors import ConfigError, SoError
+from sono.net import scrub
 from sono.sandbox import Sandbox, remove_sandbox
 from sono.workspace import host_git, inspect_host
 
@@ -82,6 +83,7 @@ def attach(ctx: Context, sandbox: Sandbox, agent: Agent, prompt: str) -> int:
             note(line)
         harness, options = netted.agent.harness, netted.agent.options
         harness.provision(home_seed=sandbox.home_seed, host_home=ctx.home, opts=options)
+        scrub.scrub_tree(sandbox.home_seed, netted.secrets)  # nothing credential-shaped in
         env = {
             **harness.env(netted.host_env, options),
             **netted.env,  # secrets' placeholders and CA trust, for every harness

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from sono.errors import SoError
+from sono.net import scrub
 from sono.net.oauth import FileToken, Refresher, Tokens, tokens_of
 from sono.net.upstream import PLACEHOLDER, Credential, CredentialError, Upstream
 
@@ -429,7 +430,10 @@ def primary_key(host_home: Path) -> Credential | None:
 def is_secret_name(name: str) -> bool:
     upper = name.upper()
     return (
-        upper in CREDENTIAL_KEYS or upper.endswith(SECRET_SUFFIXES) or upper == "AWS_ACCESS_KEY_ID"
+        upper in CREDENTIAL_KEYS
+        or upper.endswith(SECRET_SUFFIXES)
+        or upper == "AWS_ACCESS_KEY_ID"
+        or scrub.is_credential_name(name)
     )
 
 
@@ -438,13 +442,13 @@ def sandbox_env(env: Mapping[str, str], endpoint: str | None) -> dict[str, str]:
     gateway's, custom headers (they may carry auth) gone — the gateway adds them."""
     out: dict[str, str] = {}
     for key, value in env.items():
-        if key == "ANTHROPIC_CUSTOM_HEADERS":
-            continue
+        if key == "ANTHROPIC_CUSTOM_HEADERS" or scrub.HEADER_VAR_RE.search(key):
+            continue  # headers (OTEL_EXPORTER_OTLP_HEADERS…) may carry auth
         if key == "ANTHROPIC_BASE_URL":
             if endpoint:
                 out[key] = endpoint
             continue
-        out[key] = PLACEHOLDER if is_secret_name(key) and value else value
+        out[key] = PLACEHOLDER if is_secret_name(key) and value else scrub.scrub_text(value)
     return out
 
 
@@ -516,12 +520,7 @@ def scrub_servers(servers: Any) -> Any:
     for name, given in servers.items():
         server = dict(given) if isinstance(given, dict) else given
         if isinstance(server, dict):
-            if isinstance(server.get("env"), dict):
-                server["env"] = {
-                    k: (PLACEHOLDER if is_secret_name(k) else v) for k, v in server["env"].items()
-                }
-            if isinstance(server.get("headers"), dict):
-                server["headers"] = dict.fromkeys(server["headers"], PLACEHOLDER)
-            server.pop("headersHelper", None)
+            server.pop("headersHelper", None)  # a command: it runs on the host only
+            server = scrub.scrub_json(server)  # env, headers, args, URLs with keys
         out[name] = server
     return out

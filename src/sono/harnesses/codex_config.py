@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from sono.net import scrub
 from sono.net.oauth import FileToken, Refresher, Tokens
 from sono.net.upstream import NO_CREDENTIAL, PLACEHOLDER, Credential, Upstream
 
@@ -341,6 +342,9 @@ def sandbox_config(
     """``config`` for the sandbox: the chosen provider pointed at ``endpoint``, every
     provider's header tables and key variable dropped, bearer tokens as placeholders."""
     out = dict(config)
+    for section in ("mcp_servers", "shell_environment_policy", "otel"):
+        if section in out:  # MCP servers' env, headers, tokens; telemetry headers
+            out[section] = scrub.scrub_json(out[section], key=section)
     tables = config.get("model_providers")
     if isinstance(tables, dict):
         out["model_providers"] = {

@@ -85,6 +85,7 @@ from sono.harnesses.opencode_config import (
     upstream_name,
     wellknown_notes,
 )
+from sono.net import scrub
 from sono.net.oauth import FileToken
 from sono.net.upstream import PLACEHOLDER, Credential, Upstream, env_upstreams
 
@@ -473,6 +474,8 @@ SECRET_OPTIONS = frozenset({"apiKey", "headers", "baseURL"})
 def sanitized(config: dict[str, Any], opts: AgentOptions) -> dict[str, Any]:
     """``config`` with no provider credential: keys become placeholders, headers go;
     routed providers' baseURL is the gateway."""
+    if "mcp" in config:  # MCP servers' headers, environment, tokens in their commands
+        config = {**config, "mcp": scrub.scrub_json(config["mcp"], key="mcp")}
     cfg_providers = config.get("provider")
     if not isinstance(cfg_providers, dict):
         return config

@@ -337,7 +337,7 @@ class Gateway(UnixServer):
         except HttpError as exc:
             if exchange is not None and exchange.status is None:
                 exchange.status = exc.status
-                exchange.refused = one_line(exc.message, REASON_LIMIT)
+                exchange.refused = one_line(exc.detail or exc.message, REASON_LIMIT)
                 with contextlib.suppress(OSError):
                     writer.write(_json_error(exc.status, f"so gateway: {exc.message}"))
                     await writer.drain()
@@ -411,7 +411,10 @@ class Gateway(UnixServer):
             else:
                 auth = route.auth_headers(head)
         except CredentialError as exc:
-            raise HttpError(401, str(exc)) from None
+            # The reason goes to so's log and the user, never to the agent (a helper's
+            # stderr may quote a key).
+            message = "the credential of this route is not available now (so tells the user why)"
+            raise HttpError(401, message, detail=str(exc)) from None
         up_reader, up_writer = await self._connect(route)
         try:
             framing = [("Transfer-Encoding", "chunked")] if chunked else []
@@ -421,7 +424,7 @@ class Gateway(UnixServer):
                 render_head(
                     f"{method} {route.target(path, query)} HTTP/1.1",
                     [
-                        ("Host", urlsplit(route.upstream).netloc),
+                        ("Host", _authority(route.upstream)),
                         *_forwardable(head, route),
                         *auth,
                         ("Accept-Encoding", "identity"),
@@ -534,6 +537,12 @@ class _Tap:
 
     def flush(self) -> bytes:
         return b""
+
+
+def _authority(url: str) -> str:
+    """``host[:port]`` of ``url`` — never its userinfo."""
+    netloc = urlsplit(url).netloc
+    return netloc.rpartition("@")[2]
 
 
 def _forwardable(head: Head, route: Route) -> Iterable[tuple[str, str]]:

@@ -216,7 +216,7 @@ def describe(harness: str, failure: Failure, upstream: Upstream | None) -> str:
         at, cred = f"the gateway route {failure.route}", "its credential"
     else:
         where = upstream.source
-        at = f"{upstream.base_url} (configured in {upstream.source})"
+        at = f"{upstream.shown_url} (configured in {upstream.source})"
         credential = upstream.credential
         cred = f"the {credential.kind} from {credential.source}"
         if credential.kind == "none":

@@ -52,10 +52,13 @@ _CHUNK_SIZE_RE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 class HttpError(Exception):
     """Answer the client ``status`` with ``message`` and close."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, detail: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        # What the host-side log records, when the client must not see it (a credential
+        # helper's own words may quote a secret).
+        self.detail = detail
 
 
 class BodyError(ConnectionError):

@@ -14,6 +14,7 @@ The formats differ per CLI: a :class:`TokenFormat` reads and writes one.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import tempfile
@@ -22,7 +23,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -136,14 +137,22 @@ class FileToken:
         self._seen: tuple[int, int] | None = None
         self._tokens: Tokens | None = None
 
+    def _due(self, tokens: Tokens) -> bool:
+        expires = tokens.expires_at
+        return expires is not None and expires - REFRESH_MARGIN_S < self._clock()
+
     def token(self) -> str:
         with self._lock:
             tokens = self._load()
-            due = (
-                tokens.expires_at is not None
-                and tokens.expires_at - REFRESH_MARGIN_S < self._clock()
-            )
-            if due:
+            if not self._due(tokens):
+                return tokens.access
+            # One refresh at a time across so processes (a refresh token may be spent by
+            # its first use): whoever waited reads what the other wrote.
+            with self._file_lock():
+                self._seen = None
+                tokens = self._load()
+                if not self._due(tokens):
+                    return tokens.access
                 if self.refresher is None or not tokens.refresh:
                     raise self._error("the login expired")
                 try:
@@ -152,6 +161,29 @@ class FileToken:
                     raise self._error(str(exc)) from None
                 self._store(tokens)
             return tokens.access
+
+    @contextlib.contextmanager
+    def _file_lock(self) -> Iterator[None]:
+        lock = self.path.parent / f".{self.path.name}.so-lock"
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError:
+            yield  # a read-only home: no other so can write it either
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def known(self) -> tuple[str, ...]:
+        """The tokens the file holds now (no refresh, no error): for scrubbing."""
+        with self._lock:
+            try:
+                tokens = self._load()
+            except CredentialError:
+                return ()
+            return tuple(t for t in (tokens.access, tokens.refresh, *tokens.extra.values()) if t)
 
     def _error(self, why: str) -> CredentialError:
         return CredentialError(f"{self.label}: {why}; {self.login_hint}")
@@ -183,13 +215,14 @@ class FileToken:
         """Write the refreshed tokens back as the CLI would: the old refresh token may be
         spent now, so the host CLI must get the new one."""
         data = self.fmt.write(self._data(), tokens)
-        fd, name = tempfile.mkstemp(dir=self.path.parent, prefix=".so-refresh-")
+        target = self.path.resolve()  # a linked login file (dotfile managers) stays linked
+        fd, name = tempfile.mkstemp(dir=target.parent, prefix=".so-refresh-")
         tmp = Path(name)
         try:
             with os.fdopen(fd, "w") as fh:
                 json.dump(data, fh, indent=2)
             tmp.chmod(0o600)
-            tmp.replace(self.path)
+            tmp.replace(target)
         except OSError:
             with contextlib.suppress(OSError):
                 tmp.unlink()

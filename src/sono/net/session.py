@@ -41,6 +41,7 @@ from secrets import token_hex
 from typing import Any
 
 from sono.layout import CA_INSIDE, GATEWAY_PORT, GATEWAY_SOCK, PROXY_SOCK, SOCKETS
+from sono.net import scrub
 from sono.net.gateway import AuthStyle, GatewayThread, Route
 from sono.net.policy import NetworkPolicy
 from sono.net.proxy import ProxyThread
@@ -63,9 +64,7 @@ CREDENTIAL_VARS = frozenset(
         "AWS_BEARER_TOKEN_BEDROCK",
     }
 )
-CREDENTIAL_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET_KEY", "_SECRET", "_PASSWORD")
 BASE_URL_VARS = {"ANTHROPIC_BASE_URL": "anthropic", "OPENAI_BASE_URL": "openai"}
-MIN_SECRET = 8  # shorter values are not looked for inside other variables
 
 
 @dataclass(frozen=True)
@@ -79,6 +78,9 @@ class Gatewayed:
     # placeholders and the variables that make its clients trust the session CA.
     sandbox_env: dict[str, str] = field(default_factory=dict)
     upstreams: tuple[Upstream, ...] = ()
+    # Every credential value the host knows of (the upstreams', the credential-named
+    # variables'): nothing the sandbox gets may hold one (see sono.net.scrub).
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
 
 def route_for(upstream: Upstream) -> Route:
@@ -94,19 +96,11 @@ def route_for(upstream: Upstream) -> Route:
 
 
 def scrub_env(host_env: Mapping[str, str], secrets: Iterable[str]) -> dict[str, str]:
-    """``host_env`` with every credential replaced by :data:`PLACEHOLDER`: variables
-    that hold one by name (:data:`CREDENTIAL_VARS`, ``*_API_KEY``, ``*_TOKEN``-like
-    suffixes), and every occurrence of a known credential value in any variable."""
-    values = sorted({v for v in secrets if len(v) >= MIN_SECRET}, key=len, reverse=True)
-    env: dict[str, str] = {}
-    for name, value in host_env.items():
-        if value and (name in CREDENTIAL_VARS or name.upper().endswith(CREDENTIAL_SUFFIXES)):
-            env[name] = PLACEHOLDER
-            continue
-        for secret in values:
-            value = value.replace(secret, PLACEHOLDER)  # noqa: PLW2901
-        env[name] = value
-    return env
+    """``host_env`` for the sandbox (:func:`sono.net.scrub.scrub_env`): every variable
+    named like a credential (and :data:`CREDENTIAL_VARS`) a placeholder, header-only
+    variables dropped, every known credential value and credential-shaped text replaced."""
+    named = {k: PLACEHOLDER for k, v in host_env.items() if v and k in CREDENTIAL_VARS}
+    return {**scrub.scrub_env(host_env, secrets), **named}
 
 
 def gateway_for(
@@ -120,12 +114,15 @@ def gateway_for(
     if len(set(names)) != len(names):
         raise ValueError(f"two upstreams share a name: {names}")
     endpoints = {u.name: f"http://127.0.0.1:{GATEWAY_PORT}/{u.name}" for u in ups}
-    env = scrub_env(host_env, [s for u in ups for s in u.secrets])
+    known = [s for u in ups for s in u.secrets]
+    known += [v for k, v in host_env.items() if v and scrub.is_credential_name(k)]
+    env = scrub_env(host_env, known)
     for var, family in BASE_URL_VARS.items():
         env.pop(var, None)
         if family in endpoints:
             env[var] = endpoints[family]
-    return Gatewayed(tuple(route_for(u) for u in ups), endpoints, env, upstreams=ups)
+    routes = tuple(route_for(u) for u in ups)
+    return Gatewayed(routes, endpoints, env, upstreams=ups, secrets=tuple(known))
 
 
 @dataclass
@@ -295,7 +292,9 @@ def session_for(
 
             forced.update(trust_env(CA_INSIDE))
         env.update(forced)
-        gatewayed = dataclasses.replace(gatewayed, env=env, sandbox_env=forced)
+        gatewayed = dataclasses.replace(
+            gatewayed, env=env, sandbox_env=forced, secrets=(*gatewayed.secrets, *values)
+        )
     return NetSession(net_dir, policy, gatewayed.routes, bound), gatewayed
 
 

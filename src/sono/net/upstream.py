@@ -62,8 +62,12 @@ class Credential:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        """The static values to scrub from anything the sandbox gets."""
-        return (self.value,) if isinstance(self.value, str) and self.value else ()
+        """The values to scrub from anything the sandbox gets: the static value, or what
+        a token source knows now without fetching (an OAuth login's tokens)."""
+        if isinstance(self.value, str):
+            return (self.value,) if self.value else ()
+        known = getattr(self.value, "known", None)
+        return tuple(known()) if callable(known) else ()
 
 
 NO_CREDENTIAL = Credential("none", "none configured")
@@ -89,6 +93,16 @@ class Upstream:
             raise ValueError(f"upstream name must match {NAME_RE.pattern}, not {self.name!r}")
 
     @property
+    def shown_url(self) -> str:
+        """``base_url`` for people: a password in its userinfo hidden."""
+        url = urlsplit(self.base_url)
+        if url.password is None:
+            return self.base_url
+        user = url.username or ""
+        host = url.netloc.rpartition("@")[2]
+        return url._replace(netloc=f"{user}:***@{host}").geturl()
+
+    @property
     def secrets(self) -> tuple[str, ...]:
         """Static credential values: the credential, each header value and, for an
         ``Authorization``-style value, the token after its scheme."""
@@ -98,6 +112,8 @@ class Upstream:
             scheme, _, token = value.partition(" ")
             if token and scheme.isalpha():
                 found.append(token.strip())
+        password = urlsplit(self.base_url).password
+        found += [password] if password else []
         return tuple(v for v in found if len(v) >= 8)
 
 
