@@ -474,3 +474,9 @@ def test_a_due_chatgpt_login_is_refreshed_on_the_host_and_written_back_like_pi(
     assert (entry["access"], entry["refresh"], entry["clientId"]) == ("new", "r2", "cid")
     expected_ms = (before + 3600) * 1000 - 180_000
     assert expected_ms - 5000 < entry["expires"] < expected_ms + 5000
+
+
+def test_anthropic_custom_headers_are_sent_by_the_gateway(tmp_path: Path) -> None:
+    env = {"ANTHROPIC_API_KEY": "a" * 10, "ANTHROPIC_CUSTOM_HEADERS": "X-Org: org-1\nbad line"}
+    up = access(tmp_path, env)["anthropic"]
+    assert ("X-Org", "org-1") in up.headers

@@ -501,6 +501,13 @@ class Reader:
             account = self.codex_account()
             if account:
                 out.append(("chatgpt-account-id", account))
+        if _dict(config).get("api", "") == "anthropic-messages" or provider == "anthropic":
+            # pi's Anthropic SDK sends ANTHROPIC_CUSTOM_HEADERS; inside it is dropped (it may
+            # carry auth), so the gateway sends them.
+            for line in self.host_env.get("ANTHROPIC_CUSTOM_HEADERS", "").splitlines():
+                name, sep, value = line.partition(":")
+                if sep and name.strip() and value.strip():
+                    out.append((name.strip(), value.strip()))
         return tuple(out)
 
     def codex_account(self) -> str:
