@@ -86,3 +86,38 @@ def test_provision_without_credentials(tmp_path: Path) -> None:
 def test_registry() -> None:
     assert get_harness("claude").name == "claude"
     assert get_harness("custom").name == "custom"
+
+
+def test_provision_is_an_allow_list(tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    dot = host / ".claude"
+    for sub in ("backups", "session-env/s1", "daemon/auth", "commands", "hooks", "agent-memory"):
+        (dot / sub).mkdir(parents=True)
+    (dot / "backups" / ".claude.json.backup.1700000000").write_text('{"primaryApiKey": "sk"}')
+    (dot / "session-env" / "s1" / "env.sh").write_text("export ANTHROPIC_API_KEY=sk")
+    (dot / "daemon" / "auth" / "token.json").write_text('{"token": "sk"}')
+    (dot / "get-key.sh").write_text("#!/bin/sh\necho sk")
+    (dot / "settings.json").write_text(json.dumps({"apiKeyHelper": "~/.claude/get-key.sh"}))
+    (dot / ".credentials.json").write_text('{"claudeAiOauth": {"accessToken": "t"}}')
+    (dot / "keybindings.json").write_text("[]")
+    (dot / "commands" / "x.md").write_text("# x")
+    (dot / "commands" / ".env").write_text("KEY=sk")
+    (dot / "commands" / "api.key").write_text("sk")
+    (dot / "commands" / "link.md").symlink_to(dot / "get-key.sh")
+    (dot / "hooks" / "pre.sh").write_text("#!/bin/sh")
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    ClaudeHarness().provision(home_seed=seed, host_home=host, opts=AgentOptions())
+    copied = seed / ".claude"
+    files = sorted(str(p.relative_to(copied)) for p in copied.rglob("*") if not p.is_dir())
+    assert files == [
+        ".credentials.json",
+        "commands/x.md",
+        "hooks/pre.sh",
+        "keybindings.json",
+        "settings.json",
+    ]
+    login = json.loads((copied / ".credentials.json").read_text())["claudeAiOauth"]
+    assert login["accessToken"] == PLACEHOLDER
+    assert "apiKeyHelper" not in json.loads((copied / "settings.json").read_text())
+    assert "sk" not in "".join(p.read_text() for p in copied.rglob("*") if p.is_file())

@@ -446,3 +446,37 @@ def test_truncated_and_mangled_fixture_never_raises(seed: int) -> None:
         for _ in range(5):
             chars[rng.randrange(len(chars))] = rng.choice('{}[]":,0a\\')
         parser.feed("".join(chars))
+
+
+def test_provision_is_an_allow_list(tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    conf = host / ".config" / "opencode"
+    for sub in ("keys", "command", "agents", "themes", "plugin", "backups"):
+        (conf / sub).mkdir(parents=True)
+    (conf / "keys" / "x.txt").write_text("sk-secret")
+    provider = {"options": {"apiKey": "{file:./keys/x.txt}", "baseURL": "http://h/v1"}}
+    (conf / "opencode.json").write_text(json.dumps({"provider": {"mine": provider}}))
+    (conf / "tui.json").write_text('{"theme": "x"}')
+    (conf / "notes.txt").write_text("sk-secret")
+    (conf / "backups" / "opencode.json.bak").write_text("sk-secret")
+    (conf / "command" / "x.md").write_text("# x")
+    (conf / "agents" / "review.md").write_text("# review")
+    (conf / "themes" / "mine.json").write_text("{}")
+    (conf / "plugin" / "p.ts").write_text("export default {}")
+    (conf / "plugin" / "github_token.txt").write_text("sk-secret")
+    (conf / "plugin" / "server.pem").write_text("sk-secret")
+    (conf / "plugin" / "keys.ts").symlink_to(conf / "keys" / "x.txt")
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    OpencodeHarness().provision(home_seed=seed, host_home=host, opts=AgentOptions())
+    copied = seed / ".config" / "opencode"
+    files = sorted(str(p.relative_to(copied)) for p in copied.rglob("*") if not p.is_dir())
+    assert files == [
+        "agents/review.md",
+        "command/x.md",
+        "opencode.json",
+        "plugin/p.ts",
+        "themes/mine.json",
+        "tui.json",
+    ]
+    assert "sk-secret" not in "".join(p.read_text() for p in copied.rglob("*") if p.is_file())

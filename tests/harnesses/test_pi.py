@@ -366,3 +366,42 @@ def test_unknown_lines_are_kept_raw_and_non_strings_survive() -> None:
     ]
     assert parser.feed(None) == [Raw(line="None")]  # type: ignore[arg-type]
     assert parser.feed('{"type": "message_update"}') == []
+
+
+def test_provision_is_an_allow_list(tmp_path: Path) -> None:
+    agent = tmp_path / "host" / ".pi" / "agent"
+    for sub in ("keys", "prompts", "skills/s", "themes", "npm/node_modules/js-tokens/.bin"):
+        (agent / sub).mkdir(parents=True)
+    (agent / "keys" / "x.txt").write_text("sk-secret")
+    (agent / "auth.json").write_text(json.dumps({"x": {"type": "api_key", "key": "!cat keys/x"}}))
+    (agent / "auth.json.bak").write_text("sk-secret")
+    (agent / "mcp-auth.json").write_text("sk-secret")
+    (agent / "get-key.sh").write_text("echo sk-secret")
+    (agent / "AGENTS.md").write_text("# rules")
+    (agent / "prompts" / "review.md").write_text("# review")
+    (agent / "prompts" / "credentials.md").write_text("sk-secret")
+    (agent / "skills" / "s" / "SKILL.md").write_text("# skill")
+    (agent / "skills" / "s" / ".env.local").write_text("sk-secret")
+    (agent / "themes" / "t.json").write_text("{}")
+    (agent / "themes" / "k.json").symlink_to(agent / "keys" / "x.txt")
+    # Installed packages keep their code (token-ish names) and in-tree links.
+    pkg = agent / "npm" / "node_modules" / "js-tokens"
+    (pkg / "index.js").write_text("module.exports = 1")
+    (pkg / ".bin" / "tok").symlink_to(pkg / "index.js")
+    (pkg / ".bin" / "out").symlink_to(agent / "keys" / "x.txt")
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    PiHarness().provision(home_seed=seed, host_home=tmp_path / "host", opts=AgentOptions())
+    copied = seed / ".pi" / "agent"
+    files = sorted(str(p.relative_to(copied)) for p in copied.rglob("*") if not p.is_dir())
+    assert files == [
+        "AGENTS.md",
+        "auth.json",
+        "npm/node_modules/js-tokens/.bin/tok",
+        "npm/node_modules/js-tokens/index.js",
+        "prompts/review.md",
+        "skills/s/SKILL.md",
+        "themes/t.json",
+    ]
+    assert (copied / "npm/node_modules/js-tokens/.bin/tok").is_symlink()
+    assert "sk-secret" not in "".join(p.read_text() for p in copied.rglob("*") if p.is_file())

@@ -2,11 +2,21 @@
 
 Its model endpoint and credential are read on the host from its own configuration
 (:mod:`sono.harnesses.claude_config`); inside, ``--settings`` points it at the gateway and
-its files hold placeholders."""
+its files hold placeholders.
+
+Provisioning is an allow-list (:data:`COPIED_FILES`, :data:`CUSTOM_DIRS`, the rewritten
+:data:`REWRITTEN`): settings and the login are written with placeholders, the user's own
+customisation directories (agents, commands, skills, output styles, plugins, hooks,
+rules, themes, workflows) are copied minus symlinks and key-looking files. Nothing else
+of ``~/.claude`` goes inside: not history, transcripts, memory (``CLAUDE.md``), caches,
+``backups/`` (rotated copies of ``~/.claude.json`` with its API key), ``session-env/``,
+``daemon/``, nor a script or key file a setting points to (``apiKeyHelper``)."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import os
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -18,25 +28,22 @@ from sono.harnesses.claude_stream import ClaudeStreamParser
 from sono.net.upstream import PLACEHOLDER
 
 ENV_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_")
-# Host state that is not a credential or setting: history, transcripts, caches.
-SKIP_IN_DOT_CLAUDE = frozenset(
-    {
-        "CLAUDE.md",
-        "history.jsonl",
-        "todos",
-        "projects",
-        "sessions",
-        "shell-snapshots",
-        "statsig",
-        "logs",
-        "ide",
-        "local",
-        "debug",
-        "file-history",
-        "plans",
-        "cache",
-    }
+# What of ~/.claude goes inside besides REWRITTEN: an allow-list, nothing else is copied.
+COPIED_FILES = ("keybindings.json",)
+# The user's own customisation, as documented by Claude Code.
+CUSTOM_DIRS = (
+    "agents",
+    "commands",
+    "skills",
+    "output-styles",
+    "plugins",
+    "hooks",
+    "rules",
+    "themes",
+    "workflows",
 )
+# Names inside a copied directory that look like key material: never copied.
+KEY_NAMES = ("*.key", "*.pem", "*token*", "*secret*", "*credential*", ".env*")
 
 
 # Files of ~/.claude that hold endpoints or credentials: rewritten, never copied as is
@@ -46,6 +53,49 @@ REWRITTEN: dict[str, Callable[[dict[str, Any], str | None], dict[str, Any] | Non
     "settings.local.json": cfg.sandbox_settings,
     ".credentials.json": lambda data, _endpoint: cfg.sandbox_credentials(data),
 }
+
+
+def is_key_material(name: str) -> bool:
+    lower = name.lower()
+    return any(fnmatch.fnmatchcase(lower, pattern) for pattern in KEY_NAMES)
+
+
+def copy_allowed(src: Path, dest: Path, files: tuple[str, ...], dirs: tuple[str, ...]) -> None:
+    """Copies from ``src`` only the regular ``files`` and the ``dirs`` trees (shared by the
+    harnesses that seed an agent's config directory). Inside a tree, symlinks and
+    key-looking names (:data:`KEY_NAMES`) are left out, except within ``node_modules``
+    (installed packages: there names like ``js-tokens`` are code, and ``.bin`` links
+    point inside the tree)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in files:
+        child = src / name
+        if child.is_file() and not child.is_symlink():
+            shutil.copy2(child, dest / name)
+    for name in dirs:
+        root = src / name
+        if root.is_dir() and not root.is_symlink():
+            shutil.copytree(
+                root, dest / name, symlinks=True, dirs_exist_ok=True, ignore=_ignore(root)
+            )
+
+
+def _ignore(root: Path) -> Callable[[str, list[str]], set[str]]:
+    real_root = root.resolve()
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        packages = "node_modules" in Path(directory).relative_to(root).parts
+        left_out = set()
+        for name in names:
+            path = Path(directory, name)
+            if path.is_symlink():
+                inside = Path(os.path.realpath(path)).is_relative_to(real_root)
+                if not (packages and inside):
+                    left_out.add(name)
+            elif not packages and is_key_material(name):
+                left_out.add(name)
+        return left_out
+
+    return ignore
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
@@ -119,7 +169,8 @@ class ClaudeHarness:
 
     def provision(self, *, home_seed: Path, host_home: Path, opts: AgentOptions) -> list[str]:
         """``~/.claude`` and ``~/.claude.json`` as the CLI needs them to run as the user
-        configured it, minus history, and with every credential a placeholder:
+        configured it (the allow-list of the module docstring), with every credential a
+        placeholder:
         ``settings.json`` (env keys, no helper, the gateway's URL), ``.credentials.json``
         (a placeholder login with a far expiry), ``~/.claude.json`` (no API key)."""
         endpoint = opts.endpoints.get(cfg.UPSTREAM)
@@ -127,21 +178,12 @@ class ClaudeHarness:
         src = host_home / ".claude"
         if src.is_dir():
             dest = home_seed / ".claude"
-            dest.mkdir(parents=True, exist_ok=True)
-            for child in src.iterdir():
-                if child.name in SKIP_IN_DOT_CLAUDE or child.is_symlink():
-                    continue
-                target = dest / child.name
-                if child.name in REWRITTEN:
-                    data = cfg.read_json(child)
-                    if data is not None:
-                        rewritten = REWRITTEN[child.name](data, endpoint)
-                        if rewritten is not None:
-                            _write_json(target, rewritten)
-                elif child.is_dir():
-                    shutil.copytree(child, target, dirs_exist_ok=True, symlinks=True)
-                else:
-                    shutil.copy2(child, target)
+            copy_allowed(src, dest, COPIED_FILES, CUSTOM_DIRS)
+            for name, rewrite in REWRITTEN.items():
+                data = cfg.read_json(src / name) if (src / name).is_file() else None
+                rewritten = rewrite(data, endpoint) if data is not None else None
+                if rewritten is not None:
+                    _write_json(dest / name, rewritten)
             copied.append("~/.claude")
         data = cfg.read_json(host_home / ".claude.json")
         if data is not None:

@@ -17,6 +17,11 @@ so's own providers, as opencode has no ``*_BASE_URL`` variables of its own:
 - ``anthropic`` → provider ``so-anthropic`` on ``@ai-sdk/anthropic`` (Messages API; the SDK
   wants ``…/v1`` where ``ANTHROPIC_BASE_URL`` has none).
 
+Provisioning copies of the config directory only :data:`COPIED_FILES` and the user's
+customisation directories :data:`CUSTOM_DIRS` (agents, commands, modes, plugins, tools,
+skills, themes), minus symlinks and key-looking files; nothing else goes inside, so a
+key file that ``{file:…}`` points to stays home.
+
 A bare ``-m NAME`` names a model of that provider; ``-m provider/model`` is passed as is.
 
 ``--format json`` shapes (opencode 1.18.33), one object per line, each with ``type``,
@@ -35,7 +40,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +60,7 @@ from sono.events import (
     summarize,
 )
 from sono.harnesses.base import Access, AgentOptions, EventParser, NpmPackage
+from sono.harnesses.claude import copy_allowed
 from sono.harnesses.jsonread import as_dict as _dict
 from sono.harnesses.jsonread import as_int as _int
 from sono.harnesses.jsonread import as_num as _num
@@ -146,17 +151,26 @@ DEFAULT_MODELS = {"openai": "gpt-5", "anthropic": "claude-sonnet-4-5"}
 MODEL_LIMITS: dict[str, dict[str, Any]] = {
     "anthropic": {"limit": {"context": 200_000, "output": 64_000}}
 }
-# Settings only: plugin installs, logs, sessions and storage stay home; the config files
-# themselves are written merged, with every provider's secrets replaced.
-SKIP_IN_CONFIG = frozenset(
-    {
-        "node_modules",
-        "package-lock.json",
-        "bun.lock",
-        "config.json",
-        "opencode.json",
-        "opencode.jsonc",
-    }
+# What of the config directory goes inside: an allow-list, nothing else is copied. The
+# config files themselves (opencode.json, opencode.jsonc, config.json) are written merged,
+# with every provider's secrets replaced; plugin installs (node_modules, lock files), and
+# any key file a config points to (``{file:./keys/x.txt}``) stay home.
+COPIED_FILES = ("tui.json", "tui.jsonc", "AGENTS.md", "package.json")
+# The user's own customisation, in the singular and plural names opencode globs.
+CUSTOM_DIRS = (
+    "agent",
+    "agents",
+    "command",
+    "commands",
+    "mode",
+    "modes",
+    "plugin",
+    "plugins",
+    "tool",
+    "tools",
+    "skill",
+    "skills",
+    "themes",
 )
 USER_PREFIX = "opencode-"  # upstreams named after a provider of the user's own config
 LOGIN_HINT = "run `opencode auth login` on the host"
@@ -240,7 +254,7 @@ class OpencodeHarness:
         env = _home_env(host_home)
         config = config_dir(env, host_home)
         if config.is_dir():
-            _copy_dir(config, home_seed / ".config" / "opencode")
+            copy_allowed(config, home_seed / ".config" / "opencode", COPIED_FILES, CUSTOM_DIRS)
             copied.append("~/.config/opencode")
         merged = _raw_user_config(config)
         if merged:
@@ -527,17 +541,6 @@ def _json_object(text: str | None) -> dict[str, Any]:
     except ValueError:
         return {}  # opencode itself would reject it; ours must still apply
     return value if isinstance(value, dict) else {}
-
-
-def _copy_dir(src: Path, dest: Path) -> None:
-    dest.mkdir(parents=True, exist_ok=True)
-    for child in src.iterdir():
-        if child.name in SKIP_IN_CONFIG or child.is_symlink():
-            continue
-        if child.is_dir():
-            shutil.copytree(child, dest / child.name, dirs_exist_ok=True, symlinks=True)
-        else:
-            shutil.copy2(child, dest / child.name)
 
 
 # --- output parsing -----------------------------------------------------------------------

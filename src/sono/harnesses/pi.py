@@ -8,8 +8,11 @@ The prefix is mounted read-only at the same path, so host paths work inside.
 Model endpoints (see :mod:`sono.harnesses.pi_config`): :meth:`PiHarness.access` reads
 pi's agent directory on the host (``models.json`` providers, ``auth.json`` keys and OAuth
 logins, ``settings.json`` default provider, the providers' env variables) into one
-upstream per provider. Provisioning copies the agent directory with every ``baseUrl`` at
-the gateway and every credential a placeholder of the same shape, and writes a tiny
+upstream per provider. Provisioning writes the agent directory's settings with every
+``baseUrl`` at the gateway and every credential a placeholder of the same shape, copies
+only an allow-list of the rest (:data:`COPIED_FILES`; :data:`CUSTOM_DIRS`: extensions,
+prompts, skills, themes and installed packages, minus symlinks and key-looking files;
+nothing else goes inside), and writes a tiny
 extension (loaded with ``-e``) that points each routed provider at its gateway route:
 pi ignores ``ANTHROPIC_BASE_URL`` for built-in providers, and an extension's ``baseUrl``
 outranks ``models.json`` and, re-applied at ``session_start``, any extension the
@@ -32,7 +35,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -54,6 +56,7 @@ from sono.events import (
 )
 from sono.harnesses import pi_config
 from sono.harnesses.base import Access, AgentOptions, EventParser, NpmPackage
+from sono.harnesses.claude import copy_allowed
 from sono.harnesses.jsonread import as_dict as _dict
 from sono.harnesses.jsonread import as_int as _int
 from sono.harnesses.jsonread import as_num as _num
@@ -81,24 +84,21 @@ ENV_PREFIXES = (
 )
 # Host paths that mean nothing inside the sandbox (HOME there is a fresh tmpfs).
 HOST_PATH_VARS = frozenset({"PI_CODING_AGENT_DIR", "PI_CODING_AGENT_SESSION_DIR", "PI_PACKAGE_DIR"})
-# Transcripts, logs and downloaded host binaries: not settings or credentials.
-# Logins that are not model endpoints (MCP servers' OAuth tokens; pi 0.x's oauth.json)
-# stay out: no credential of any kind goes inside.
-SKIP_IN_AGENT_DIR = frozenset(
-    {
-        "sessions",
-        "bin",
-        "tools",
-        "tmp",
-        "pi-debug.log",
-        "mcp.log",
-        "crashes.json",
-        "mcp-auth.json",
-        "mcp-auth.json.lock",
-        "oauth.json",
-        "oauth.json.migrated",
-    }
+# What of the agent directory goes inside besides REWRITTEN: an allow-list, nothing else
+# is copied (not transcripts, logs, downloaded host binaries, MCP servers' OAuth tokens,
+# pi 0.x's oauth.json, nor a key file a setting reads with ``!cat …``).
+COPIED_FILES = (
+    "keybindings.json",
+    "models-store.json",  # provider catalogs pi refreshed; read as is when offline
+    "trust.json",
+    "AGENTS.override.md",
+    "AGENTS.md",
+    "CLAUDE.md",
+    "SYSTEM.md",
+    "APPEND_SYSTEM.md",
 )
+# The user's own customisation, and the pi packages installed from npm and git.
+CUSTOM_DIRS = ("extensions", "prompts", "commands", "skills", "themes", "npm", "git")
 # Written separately, with placeholders for every credential (and never the real ones).
 Rewrite = Callable[[dict[str, Any], AgentOptions], dict[str, Any]]
 REWRITTEN: dict[str, Rewrite] = {
@@ -223,7 +223,7 @@ class PiHarness:
         cfg = pi_config.PiConfig.load(src)
         if src.is_dir():
             dest = home_seed / ".pi" / "agent"
-            _copy_agent_dir(src, dest)
+            copy_allowed(src, dest, COPIED_FILES, CUSTOM_DIRS)
             for name, rewrite in REWRITTEN.items():
                 if (src / name).is_file():
                     data = pi_config.read_json(src / name)
@@ -238,18 +238,6 @@ class PiHarness:
 
     def parser(self) -> EventParser:
         return PiJsonParser()
-
-
-def _copy_agent_dir(src: Path, dest: Path) -> None:
-    dest.mkdir(parents=True, exist_ok=True)
-    for child in src.iterdir():
-        skip = child.name in SKIP_IN_AGENT_DIR or child.name.startswith(tuple(REWRITTEN))
-        if skip or child.is_symlink():
-            continue
-        if child.is_dir():
-            shutil.copytree(child, dest / child.name, dirs_exist_ok=True, symlinks=True)
-        else:
-            shutil.copy2(child, dest / child.name)
 
 
 # --- the parser ---------------------------------------------------------------------
