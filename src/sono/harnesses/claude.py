@@ -14,10 +14,7 @@ of ``~/.claude`` goes inside: not history, transcripts, memory (``CLAUDE.md``), 
 
 from __future__ import annotations
 
-import fnmatch
 import json
-import os
-import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,6 +22,7 @@ from typing import Any, ClassVar
 from sono.harnesses import claude_config as cfg
 from sono.harnesses.base import Access, AgentOptions, EventParser, NpmPackage
 from sono.harnesses.claude_stream import ClaudeStreamParser
+from sono.harnesses.homecopy import copy_allowed
 from sono.net.upstream import PLACEHOLDER
 
 ENV_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_")
@@ -42,9 +40,6 @@ CUSTOM_DIRS = (
     "themes",
     "workflows",
 )
-# Names inside a copied directory that look like key material: never copied.
-KEY_NAMES = ("*.key", "*.pem", "*token*", "*secret*", "*credential*", ".env*")
-
 
 # Files of ~/.claude that hold endpoints or credentials: rewritten, never copied as is
 # (one that cannot be parsed is left out).
@@ -53,49 +48,6 @@ REWRITTEN: dict[str, Callable[[dict[str, Any], str | None], dict[str, Any] | Non
     "settings.local.json": cfg.sandbox_settings,
     ".credentials.json": lambda data, _endpoint: cfg.sandbox_credentials(data),
 }
-
-
-def is_key_material(name: str) -> bool:
-    lower = name.lower()
-    return any(fnmatch.fnmatchcase(lower, pattern) for pattern in KEY_NAMES)
-
-
-def copy_allowed(src: Path, dest: Path, files: tuple[str, ...], dirs: tuple[str, ...]) -> None:
-    """Copies from ``src`` only the regular ``files`` and the ``dirs`` trees (shared by the
-    harnesses that seed an agent's config directory). Inside a tree, symlinks and
-    key-looking names (:data:`KEY_NAMES`) are left out, except within ``node_modules``
-    (installed packages: there names like ``js-tokens`` are code, and ``.bin`` links
-    point inside the tree)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in files:
-        child = src / name
-        if child.is_file() and not child.is_symlink():
-            shutil.copy2(child, dest / name)
-    for name in dirs:
-        root = src / name
-        if root.is_dir() and not root.is_symlink():
-            shutil.copytree(
-                root, dest / name, symlinks=True, dirs_exist_ok=True, ignore=_ignore(root)
-            )
-
-
-def _ignore(root: Path) -> Callable[[str, list[str]], set[str]]:
-    real_root = root.resolve()
-
-    def ignore(directory: str, names: list[str]) -> set[str]:
-        packages = "node_modules" in Path(directory).relative_to(root).parts
-        left_out = set()
-        for name in names:
-            path = Path(directory, name)
-            if path.is_symlink():
-                inside = Path(os.path.realpath(path)).is_relative_to(real_root)
-                if not (packages and inside):
-                    left_out.add(name)
-            elif not packages and is_key_material(name):
-                left_out.add(name)
-        return left_out
-
-    return ignore
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:

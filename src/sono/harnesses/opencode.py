@@ -60,7 +60,7 @@ from sono.events import (
     summarize,
 )
 from sono.harnesses.base import Access, AgentOptions, EventParser, NpmPackage
-from sono.harnesses.claude import copy_allowed
+from sono.harnesses.homecopy import copy_allowed
 from sono.harnesses.jsonread import as_dict as _dict
 from sono.harnesses.jsonread import as_int as _int
 from sono.harnesses.jsonread import as_num as _num
