@@ -4,10 +4,10 @@ A test gives each real credential a marker (:func:`real_token`) that no placehol
 contains, and puts :func:`scan_step` into the project's ``<so-script>``: the scripted
 model server has the agent run it as a tool call while the agent is alive, so the scan
 sees what the agent could — every readable file (its home, the workspace, /tmp, /etc,
-/run; not the host's read-only system dirs or the CLIs' installed packages) and every
-process's ``/proc/*/environ`` and ``/proc/*/cmdline``. The marker is never written out
-whole in the step (it is glued together by the shell), so the prompt that carries the
-step cannot be a hit itself. The step writes what it found to ``credscan.txt`` in the
+/run; not the host's read-only system dirs such as /usr and /opt, or the CLIs' installed
+packages) and every process's ``/proc/*/environ`` and ``/proc/*/cmdline``. The marker
+is never written out whole in the step (it is glued together by the shell), so the
+prompt that carries the step cannot be a hit itself. The step writes what it found to ``credscan.txt`` in the
 workspace and commits it; :func:`findings` reads it back.
 """
 
@@ -32,8 +32,9 @@ def scan_step(commit: bool = True) -> str:
         f"out={RESULT}; : > $out; "
         # files: everything readable but the kernel's pseudo file systems, the host's
         # read-only system dirs and installed packages (the agent CLIs' node_modules)
-        "find / \\( -path /proc -o -path /sys -o -path /dev -o -path /usr -o -path /lib "
-        "-o -path /lib64 -o -path /bin -o -path /sbin -o -name node_modules \\) -prune "
+        "find / \\( -path /proc -o -path /sys -o -path /dev -o -path /usr -o -path /opt "
+        "-o -path /lib -o -path /lib64 -o -path /bin -o -path /sbin "
+        "-o -name node_modules \\) -prune "
         '-o -type f -print0 2>/dev/null | xargs -0 grep -lsF -e "$needle" 2>/dev/null '
         '| grep -v "/$out$" | sed "s/^/file /" >> $out; '
         # processes: environment and command line of every process we can see
