@@ -1,14 +1,14 @@
 """Look for real credentials inside a running sandbox, from the agent's own seat.
 
 A test gives each real credential a marker (:func:`real_token`) that no placeholder
-contains, and puts :func:`scan_step` into the project's ``<so-script>``: the scripted
-model server has the agent run it as a tool call while the agent is alive, so the scan
-sees what the agent could — every readable file (its home, the workspace, /tmp, /etc,
-/run; not the host's read-only system dirs such as /usr and /opt, or the CLIs' installed
-packages) and every process's ``/proc/*/environ`` and ``/proc/*/cmdline``. The marker
-is never written out whole in the step (it is glued together by the shell), so the
-prompt that carries the step cannot be a hit itself. The step writes what it found to ``credscan.txt`` in the
-workspace and commits it; :func:`findings` reads it back.
+contains, and puts :func:`scan_step` into the project's ``<so-script>``: the scripted model
+server has the agent run it as a tool call while the agent is alive, so the scan sees what
+the agent could — every readable file (its home, the workspace, /tmp, /etc, /run; not the
+host's read-only system dirs such as /usr and /opt, or the CLIs' installed packages) and
+every process's ``/proc/*/environ`` and ``/proc/*/cmdline``. The marker is never written out
+whole in the step (it is glued together by the shell), so the prompt that carries the step
+cannot be a hit itself. The step writes what it found to ``credscan.txt`` in the workspace
+and commits it; :func:`findings` reads it back.
 """
 
 from __future__ import annotations
