@@ -156,3 +156,16 @@ def test_an_agent_that_exits_before_asking_its_model_says_why(tmp_path: Path) ->
     quiet = ModelWatch("custom", [UPSTREAM], tmp_path / "none.jsonl", 0, startup=False)
     quiet.saw_line("boom")
     assert quiet.diagnosis(7) is None  # a custom command may need no model at all
+
+
+def test_side_calls_that_a_server_lacks_are_not_model_failures(tmp_path: Path) -> None:
+    watch, log = _watch(tmp_path)
+    for _ in range(3):
+        _add(log, status=404, endpoint="GET /models", error="no route for /v1/models")
+        _add(log, status=500, endpoint="GET /models/x")
+    watch.poll()
+    assert watch.check() is None and watch.diagnosis() is None
+    _add(log, status=404, endpoint="POST /v1/messages")
+    _add(log, status=404, endpoint="POST /v1/messages")
+    watch.poll()
+    assert watch.check() == STOP

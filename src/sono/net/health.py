@@ -170,13 +170,16 @@ class ModelWatch:
             return
         if reason and status in (403, 404, 413, 400):
             return  # the gateway refused a request that is not a model call: not the model
+        # A model call is a POST; a 404 or 5xx of a side call (GET /models, which many
+        # servers lack) says nothing about the model.
+        model_call = str(item.get("endpoint") or "POST").startswith("POST")
         if status in (401, 403):
             kind = "auth"
         elif status == 502 and reason:
             kind = "unreachable"
-        elif status == 404:
+        elif status == 404 and model_call:
             kind = "not_found"
-        elif status >= 500:
+        elif status >= 500 and model_call:
             kind = "server"
         else:
             return
